@@ -1,0 +1,355 @@
+#include "protocol/codec.h"
+
+#include <array>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include <boost/json/monotonic_resource.hpp>
+#include <boost/json/parser.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "protocol/json_fields.h"
+#include "protocol/limits.h"
+#include "protocol/type_names.h"
+
+namespace kvpeer::protocol {
+namespace {
+
+namespace json = boost::json;
+
+// Deeper nesting than this can only come from junk in ignored fields; the
+// limit bounds the parser's stack use on a hostile 16 MiB header.
+constexpr size_t kMaxJsonDepth = 64;
+
+// ---------------------------------------------------------------- encoding
+
+json::array EncodeKeys(const std::vector<Key>& keys) {
+  json::array array;
+  array.reserve(keys.size());
+  for (const Key& key : keys) array.emplace_back(ToHex(key));
+  return array;
+}
+
+json::array EncodeBlockIndexes(const std::vector<BlockIndex>& indexes) {
+  json::array array;
+  array.reserve(indexes.size());
+  for (BlockIndex index : indexes) array.emplace_back(static_cast<uint64_t>(index));
+  return array;
+}
+
+json::array EncodeBools(const std::vector<bool>& flags) {
+  json::array array;
+  array.reserve(flags.size());
+  for (bool flag : flags) array.emplace_back(flag);
+  return array;
+}
+
+void EncodeFields(const Connect& m, json::object& o) {
+  o["peer_id"] = m.peer_id;
+  o["wire_major"] = m.wire_major;
+  o["wire_minor"] = m.wire_minor;
+  o["epoch"] = m.epoch;
+  o["block_len"] = m.block_len;
+  o["config_fingerprint"] = m.config_fingerprint;
+  o["hash_seed"] = m.hash_seed;
+  o["nonce"] = m.nonce;
+}
+
+void EncodeFields(const ConnectAck& m, json::object& o) {
+  o["peer_id"] = m.peer_id;
+  o["wire_major"] = m.wire_major;
+  o["wire_minor"] = m.wire_minor;
+  o["epoch"] = m.epoch;
+  if (m.proof) o["proof"] = *m.proof;
+}
+
+void EncodeFields(const Disconnect& m, json::object& o) {
+  if (m.reason) o["reason"] = *m.reason;
+}
+
+void EncodeFields(const Ping& m, json::object& o) { o["nonce"] = m.nonce; }
+
+void EncodeFields(const Pong& m, json::object& o) { o["nonce"] = m.nonce; }
+
+void EncodeFields(const Lookup& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["keys"] = EncodeKeys(m.keys);
+  o["round_seq"] = m.round_seq;
+}
+
+void EncodeFields(const LookupResp& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["keys"] = EncodeKeys(m.keys);
+  o["hits"] = EncodeBools(m.hits);
+  o["round_seq"] = m.round_seq;
+}
+
+void EncodeFields(const Fetch& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["keys"] = EncodeKeys(m.keys);
+  o["block_indexes"] = EncodeBlockIndexes(m.block_indexes);
+  o["round_seq"] = m.round_seq;
+}
+
+void EncodeFields(const BlockData& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["round_seq"] = m.round_seq;
+  o["block_indexes"] = EncodeBlockIndexes(m.block_indexes);
+}
+
+void EncodeFields(const TransferDone& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["success"] = m.success;
+  o["round_seq"] = m.round_seq;
+}
+
+void EncodeFields(const AbortFetch& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["round_seq"] = m.round_seq;
+}
+
+void EncodeFields(const AbortAck& m, json::object& o) {
+  o["kv_request_id"] = m.kv_request_id;
+  o["round_seq"] = m.round_seq;
+}
+
+void EncodeFields(const Unknown&, json::object&) {}  // only its type
+
+// ---------------------------------------------------------------- decoding
+//
+// One DecodeFields per message lists its fields in spec order with their
+// rules; the rules themselves live in FieldReader.
+
+void DecodeFields(FieldReader& r, Connect* m) {
+  r.ReadString("peer_id", kIdStringRule, &m->peer_id);
+  // Only type and range here: the session compares the versions, so that a
+  // mismatch gets its own disconnect reason naming both values.
+  r.ReadInteger("wire_major", kAnyUint64Rule, &m->wire_major);
+  r.ReadInteger("wire_minor", kAnyUint64Rule, &m->wire_minor);
+  r.ReadToken("epoch", TokenRule::kNotAllZeros, &m->epoch);
+  r.ReadInteger("block_len", kBlockLenRule, &m->block_len);
+  r.ReadString("config_fingerprint", kFreeStringRule, &m->config_fingerprint);
+  r.ReadString("hash_seed", kIdStringRule, &m->hash_seed);
+  r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce);
+}
+
+void DecodeFields(FieldReader& r, ConnectAck* m) {
+  r.ReadString("peer_id", kIdStringRule, &m->peer_id);
+  r.ReadInteger("wire_major", kAnyUint64Rule, &m->wire_major);
+  r.ReadInteger("wire_minor", kAnyUint64Rule, &m->wire_minor);
+  r.ReadToken("epoch", TokenRule::kNotAllZeros, &m->epoch);
+  // Deliberately not checked for the HMAC's 64-hex-digit shape: a malformed
+  // proof is a wrong proof, which the session must answer with
+  // "authentication failed" (spec section 5), not a frame violation. Only
+  // the common string bound applies.
+  r.ReadOptionalString("proof", kFreeStringRule, &m->proof);
+}
+
+void DecodeFields(FieldReader& r, Disconnect* m) {
+  r.ReadOptionalString("reason", kFreeStringRule, &m->reason);
+}
+
+void DecodeFields(FieldReader& r, Ping* m) { r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce); }
+
+void DecodeFields(FieldReader& r, Pong* m) { r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce); }
+
+void DecodeFields(FieldReader& r, Lookup* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadKeys("keys", &m->keys);
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+}
+
+void DecodeFields(FieldReader& r, LookupResp* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadKeys("keys", &m->keys);
+  r.ReadBools("hits", &m->hits);
+  r.RequireSameLength("hits", m->hits.size(), "keys", m->keys.size());
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+}
+
+void DecodeFields(FieldReader& r, Fetch* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadKeys("keys", &m->keys);
+  r.ReadBlockIndexes("block_indexes", 0, &m->block_indexes);
+  r.RequireSameLength("block_indexes", m->block_indexes.size(), "keys", m->keys.size());
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+}
+
+void DecodeFields(FieldReader& r, BlockData* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+  r.ReadBlockIndexes("block_indexes", 1, &m->block_indexes);
+}
+
+void DecodeFields(FieldReader& r, TransferDone* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadBool("success", &m->success);
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+}
+
+void DecodeFields(FieldReader& r, AbortFetch* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+}
+
+void DecodeFields(FieldReader& r, AbortAck* m) {
+  r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
+  r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
+}
+
+template <typename T>
+Status DecodeAs(const json::object& header, std::string_view type, Message* out) {
+  T message;
+  FieldReader reader(header, type);
+  DecodeFields(reader, &message);
+  if (!reader.status().ok()) return reader.status();
+  *out = std::move(message);
+  return Status::Ok();
+}
+
+using DecodeFn = Status (*)(const json::object&, std::string_view, Message*);
+
+// Indexed like kKnownTypeNames: entry i decodes alternative i of Message.
+template <size_t... I>
+constexpr std::array<DecodeFn, sizeof...(I)> MakeDecoders(std::index_sequence<I...>) {
+  return {&DecodeAs<std::variant_alternative_t<I, Message>>...};
+}
+constexpr auto kDecoders = MakeDecoders(std::make_index_sequence<kKnownTypeNames.size()>());
+
+// The position of alternative T in Message.
+template <typename T, size_t I = 0>
+constexpr size_t AlternativeIndex() {
+  if constexpr (std::is_same_v<std::variant_alternative_t<I, Message>, T>) {
+    return I;
+  } else {
+    return AlternativeIndex<T, I + 1>();
+  }
+}
+constexpr size_t kBlockDataIndex = AlternativeIndex<BlockData>();
+
+std::optional<size_t> FindKnownType(std::string_view type) {
+  for (size_t i = 0; i < kKnownTypeNames.size(); ++i) {
+    if (kKnownTypeNames[i] == type) return i;
+  }
+  return std::nullopt;
+}
+
+// Parses with error codes only. Allocation failure (std::bad_alloc) is the
+// one exception that can still leave, as anywhere else in the daemon.
+Status ParseJson(std::string_view text, json::storage_ptr storage, json::value* out) {
+  json::parse_options options;
+  options.max_depth = kMaxJsonDepth;
+  json::parser parser(json::storage_ptr(), options);
+  parser.reset(std::move(storage));
+  json::error_code error;
+  const size_t consumed = parser.write(text.data(), text.size(), error);
+  if (error) {
+    return Status::FieldViolation("header", "must be valid JSON: " + error.message() +
+                                                " near byte " + std::to_string(consumed));
+  }
+  *out = parser.release();  // cannot throw: write() completed a value
+  return Status::Ok();
+}
+
+// Only block_data carries a payload (spec section 2).
+Status CheckControlPayload(size_t type_index, uint64_t payload_len) {
+  if (type_index == kBlockDataIndex || payload_len == 0) return Status::Ok();
+  return Status::FieldViolation(std::string(kKnownTypeNames[type_index]) + ".payload_len",
+                                "must be 0 (only block_data carries a payload), is " +
+                                    std::to_string(payload_len));
+}
+
+Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len,
+                             const DecodeContext& context) {
+  if (context.block_len == 0) return Status::Ok();  // block_len not known yet
+  const uint64_t count = message.block_indexes.size();  // >= 1, checked by the decoder
+  // count <= 65536 but the context's block_len is unbounded: multiply only
+  // when the product fits; otherwise it cannot equal any payload_len.
+  const bool fits = context.block_len <= std::numeric_limits<uint64_t>::max() / count;
+  if (fits && count * context.block_len == payload_len) return Status::Ok();
+  const std::string product = fits ? " = " + std::to_string(count * context.block_len) : "";
+  return Status::FieldViolation(
+      "block_data.payload_len", "must be len(block_indexes) * block_len = " +
+                                    std::to_string(count) + " * " +
+                                    std::to_string(context.block_len) + product + ", is " +
+                                    std::to_string(payload_len));
+}
+
+}  // namespace
+
+std::string EncodeHeader(const Message& message) {
+  json::object header;
+  header["type"] = TypeName(message);
+  std::visit([&header](const auto& m) { EncodeFields(m, header); }, message);
+  return json::serialize(header);
+}
+
+Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context,
+                    Message* out) {
+  // The parsed tree lives only for this call: a monotonic arena makes its
+  // many small allocations cheap and frees them at once.
+  json::monotonic_resource arena;
+  json::value root;
+  if (Status status = ParseJson(header_json, &arena, &root); !status.ok()) return status;
+
+  const json::object* header = root.if_object();
+  if (header == nullptr) {
+    return Status::FieldViolation("header", "must be a JSON object, not " +
+                                                std::string(JsonKindName(root)));
+  }
+  const json::value* type_value = header->if_contains("type");
+  if (type_value == nullptr) return Status::FieldViolation("type", "is required");
+  const json::string* type = type_value->if_string();
+  if (type == nullptr) {
+    return Status::FieldViolation("type", "must be a string, not " +
+                                              std::string(JsonKindName(*type_value)));
+  }
+
+  const std::optional<size_t> type_index = FindKnownType(*type);
+  if (!type_index) {
+    // Forward compatibility: the caller skips the payload and counts it.
+    *out = Unknown{std::string(type->data(), type->size())};
+    return Status::Ok();
+  }
+  // Checked before the fields: the rule does not depend on them.
+  if (Status status = CheckControlPayload(*type_index, payload_len); !status.ok()) return status;
+  if (Status status = kDecoders[*type_index](*header, *type, out); !status.ok()) return status;
+  if (const auto* block_data = std::get_if<BlockData>(out)) {
+    return CheckBlockDataPayload(*block_data, payload_len, context);
+  }
+  return Status::Ok();
+}
+
+std::string ToHex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.resize(bytes.size() * 2);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(bytes[i]);
+    hex[2 * i] = kDigits[byte >> 4];
+    hex[2 * i + 1] = kDigits[byte & 0x0F];
+  }
+  return hex;
+}
+
+bool DecodeHex(std::string_view hex, std::string* bytes) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;  // uppercase is rejected too: the wire form is canonical
+  };
+  if (hex.size() % 2 != 0) return false;
+  std::string decoded(hex.size() / 2, '\0');
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    const int high = nibble(hex[2 * i]);
+    const int low = nibble(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    decoded[i] = static_cast<char>((high << 4) | low);
+  }
+  *bytes = std::move(decoded);
+  return true;
+}
+
+}  // namespace kvpeer::protocol

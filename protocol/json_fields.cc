@@ -1,0 +1,231 @@
+#include "protocol/json_fields.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "protocol/codec.h"
+
+namespace kvpeer::protocol {
+namespace {
+
+namespace json = boost::json;
+
+// The rule a value broke, or nullopt when it passed. Parsers below only know
+// the value; the FieldReader adds the field's name.
+using Broken = std::optional<std::string>;
+
+std::string Range(uint64_t min, uint64_t max) {
+  return std::to_string(min) + " ..= " + std::to_string(max);
+}
+
+// Boost.JSON has already rejected invalid UTF-8, so every code point has
+// exactly one byte that is not a continuation byte (10xxxxxx).
+size_t CountCodePoints(std::string_view utf8) {
+  return static_cast<size_t>(std::count_if(utf8.begin(), utf8.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+bool IsLowerHexDigit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+// Offset of the first byte that is not a lowercase hex digit, or npos.
+size_t FindNonHexDigit(std::string_view text) {
+  auto it = std::find_if_not(text.begin(), text.end(), IsLowerHexDigit);
+  return it == text.end() ? std::string_view::npos : static_cast<size_t>(it - text.begin());
+}
+
+Broken NotA(std::string_view wanted, const json::value& value) {
+  return "must be " + std::string(wanted) + ", not " + std::string(JsonKindName(value));
+}
+
+Broken ParseString(const json::value& value, StringRule rule, std::string* out) {
+  const json::string* text = value.if_string();
+  if (text == nullptr) return NotA("a string", value);
+  const size_t chars = CountCodePoints(*text);
+  if (chars < rule.min_chars || chars > rule.max_chars) {
+    return "must be " + Range(rule.min_chars, rule.max_chars) + " characters long, has " +
+           std::to_string(chars);
+  }
+  out->assign(text->data(), text->size());
+  return std::nullopt;
+}
+
+Broken ParseInteger(const json::value& value, IntegerRule rule, uint64_t* out) {
+  uint64_t number = 0;
+  if (const uint64_t* unsigned_number = value.if_uint64()) {
+    number = *unsigned_number;
+  } else if (const int64_t* signed_number = value.if_int64()) {
+    if (*signed_number < 0) {
+      return "must be an integer in " + Range(rule.min, rule.max) + ", is " +
+             std::to_string(*signed_number);
+    }
+    number = static_cast<uint64_t>(*signed_number);
+  } else if (value.is_double()) {
+    // Boost.JSON also yields a double for an integer beyond uint64.
+    return "must be an integer in " + Range(rule.min, rule.max) +
+           " written without fraction or exponent";
+  } else {
+    return NotA("an integer", value);
+  }
+  if (number < rule.min || number > rule.max) {
+    return "must be an integer in " + Range(rule.min, rule.max) + ", is " + std::to_string(number);
+  }
+  *out = number;
+  return std::nullopt;
+}
+
+Broken ParseBool(const json::value& value, bool* out) {
+  const bool* flag = value.if_bool();
+  if (flag == nullptr) return NotA("a bool (true or false)", value);
+  *out = *flag;
+  return std::nullopt;
+}
+
+Broken ParseToken(const json::value& value, TokenRule rule, std::string* out) {
+  const std::string wanted = std::to_string(kTokenHexDigits) + " lowercase hex digits";
+  const json::string* text = value.if_string();
+  if (text == nullptr) return NotA("a string of " + wanted, value);
+  if (text->size() != kTokenHexDigits) {
+    return "must be " + wanted + ", has " + std::to_string(CountCodePoints(*text)) + " characters";
+  }
+  if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
+    return "must be " + wanted + "; character " + std::to_string(bad) + " is not 0-9 or a-f";
+  }
+  if (rule == TokenRule::kNotAllZeros && text->find_first_not_of('0') == json::string::npos) {
+    return "must not be all zeros";
+  }
+  out->assign(text->data(), text->size());
+  return std::nullopt;
+}
+
+Broken ParseKey(const json::value& value, Key* out) {
+  static const std::string kHexRule = "must be lowercase hex with an even number of digits";
+  const json::string* text = value.if_string();
+  if (text == nullptr) return NotA("a string of lowercase hex digits", value);
+  if (text->empty() || text->size() > 2 * kMaxKeyBytes) {
+    return "must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) + " hex digits (1 ..= " +
+           std::to_string(kMaxKeyBytes) + " bytes), has " + std::to_string(text->size());
+  }
+  if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
+    return kHexRule + "; character " + std::to_string(bad) + " is not 0-9 or a-f";
+  }
+  if (text->size() % 2 != 0) {
+    return kHexRule + ", has " + std::to_string(text->size()) + " digits";
+  }
+  DecodeHex(*text, out);  // cannot fail: checked above
+  return std::nullopt;
+}
+
+Broken ParseBlockIndex(const json::value& value, BlockIndex* out) {
+  uint64_t index = 0;
+  if (Broken broken = ParseInteger(value, IntegerRule{0, kMaxBlockIndex}, &index)) return broken;
+  *out = static_cast<BlockIndex>(index);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view JsonKindName(const json::value& value) {
+  switch (value.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a bool";
+    case json::kind::int64:
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a floating-point number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+  }
+  return "an unknown JSON value";
+}
+
+FieldReader::FieldReader(const json::object& header, std::string_view message_type)
+    : header_(header), message_type_(message_type) {}
+
+void FieldReader::Fail(std::string_view name, const std::string& rule) {
+  if (!status_.ok()) return;  // the first failure is the one reported
+  status_ = Status::FieldViolation(message_type_ + "." + std::string(name), rule);
+}
+
+const json::value* FieldReader::FindRequired(std::string_view name) {
+  if (!status_.ok()) return nullptr;
+  const json::value* value = header_.if_contains(name);
+  if (value == nullptr) Fail(name, "is required");
+  return value;
+}
+
+template <typename T, typename Parse>
+void FieldReader::ReadOne(std::string_view name, Parse parse, T* out) {
+  const json::value* value = FindRequired(name);
+  if (value == nullptr) return;
+  if (Broken broken = parse(*value, out)) Fail(name, *broken);
+}
+
+template <typename T, typename Parse>
+void FieldReader::ReadList(std::string_view name, size_t min_items, Parse parse,
+                           std::vector<T>* out) {
+  const json::value* value = FindRequired(name);
+  if (value == nullptr) return;
+  const json::array* items = value->if_array();
+  if (items == nullptr) return Fail(name, *NotA("an array", *value));
+  if (items->size() < min_items || items->size() > kMaxListItems) {
+    return Fail(name, "must have " + Range(min_items, kMaxListItems) + " elements, has " +
+                          std::to_string(items->size()));
+  }
+  out->clear();
+  out->reserve(items->size());
+  for (size_t i = 0; i < items->size(); ++i) {
+    T item{};
+    if (Broken broken = parse((*items)[i], &item)) {
+      return Fail(std::string(name) + "[" + std::to_string(i) + "]", *broken);
+    }
+    out->push_back(std::move(item));
+  }
+}
+
+void FieldReader::ReadString(std::string_view name, StringRule rule, std::string* out) {
+  ReadOne(name, [rule](const json::value& v, std::string* o) { return ParseString(v, rule, o); }, out);
+}
+
+void FieldReader::ReadInteger(std::string_view name, IntegerRule rule, uint64_t* out) {
+  ReadOne(name, [rule](const json::value& v, uint64_t* o) { return ParseInteger(v, rule, o); }, out);
+}
+
+void FieldReader::ReadBool(std::string_view name, bool* out) { ReadOne(name, ParseBool, out); }
+
+void FieldReader::ReadToken(std::string_view name, TokenRule rule, std::string* out) {
+  ReadOne(name, [rule](const json::value& v, std::string* o) { return ParseToken(v, rule, o); }, out);
+}
+
+void FieldReader::ReadKeys(std::string_view name, std::vector<Key>* out) {
+  ReadList(name, 0, ParseKey, out);
+}
+
+void FieldReader::ReadBlockIndexes(std::string_view name, size_t min_items,
+                                   std::vector<BlockIndex>* out) {
+  ReadList(name, min_items, ParseBlockIndex, out);
+}
+
+void FieldReader::ReadBools(std::string_view name, std::vector<bool>* out) {
+  ReadList(name, 0, ParseBool, out);
+}
+
+void FieldReader::ReadOptionalString(std::string_view name, StringRule rule,
+                                     std::optional<std::string>* out) {
+  out->reset();
+  if (!status_.ok()) return;
+  const json::value* value = header_.if_contains(name);
+  if (value == nullptr) return;
+  std::string text;
+  if (Broken broken = ParseString(*value, rule, &text)) return Fail(name, *broken);
+  *out = std::move(text);
+}
+
+void FieldReader::RequireSameLength(std::string_view name, size_t size, std::string_view other,
+                                    size_t other_size) {
+  if (!status_.ok() || size == other_size) return;
+  Fail(name, "must have as many elements as " + std::string(other) + " (" +
+                 std::to_string(other_size) + "), has " + std::to_string(size));
+}
+
+}  // namespace kvpeer::protocol

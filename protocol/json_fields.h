@@ -1,0 +1,99 @@
+// Rule-checking readers for the fields of one decoded header object.
+//
+// Every rule of the wire spec's common field table (section 2) is written
+// once here; a message decoder in codec.cc is only a list of Read* calls that
+// name its fields and their rules. The reader keeps the first failure and
+// ignores later calls, so a decoder reads straight through without checking
+// each step, and the reported field carries the message type and any array
+// index ("fetch.block_indexes[4]") so an operator can find the culprit.
+//
+// Internal to the protocol library.
+//
+// Thread-safety: a FieldReader belongs to one decode call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "protocol/limits.h"
+#include "protocol/messages.h"
+#include "protocol/status.h"
+
+namespace kvpeer::protocol {
+
+// Length bounds of a string field, counted in Unicode code points.
+struct StringRule {
+  size_t min_chars;
+  size_t max_chars;
+};
+inline constexpr StringRule kIdStringRule{1, kMaxStringChars};    // peer_id, kv_request_id, hash_seed
+inline constexpr StringRule kFreeStringRule{0, kMaxStringChars};  // config_fingerprint, reason, proof
+
+// Inclusive bounds of an integer field.
+struct IntegerRule {
+  uint64_t min;
+  uint64_t max;
+};
+inline constexpr IntegerRule kAnyUint64Rule{0, std::numeric_limits<uint64_t>::max()};
+inline constexpr IntegerRule kBlockLenRule{1, kMaxBlockLen};
+
+// epoch and nonce share a format (32 lowercase hex digits); the spec forbids
+// an all-zero epoch but allows any nonce.
+enum class TokenRule { kAnyValue, kNotAllZeros };
+
+// "a string", "an integer", ... for messages that say what was found.
+std::string_view JsonKindName(const boost::json::value& value);
+
+class FieldReader {
+ public:
+  // `message_type` prefixes every reported field name.
+  FieldReader(const boost::json::object& header, std::string_view message_type);
+
+  FieldReader(const FieldReader&) = delete;
+  FieldReader& operator=(const FieldReader&) = delete;
+
+  // Required fields: a missing one is a violation.
+  void ReadString(std::string_view name, StringRule rule, std::string* out);
+  void ReadInteger(std::string_view name, IntegerRule rule, uint64_t* out);
+  void ReadBool(std::string_view name, bool* out);
+  void ReadToken(std::string_view name, TokenRule rule, std::string* out);
+  // Keys arrive as lowercase hex and are stored as raw bytes.
+  void ReadKeys(std::string_view name, std::vector<Key>* out);
+  void ReadBlockIndexes(std::string_view name, size_t min_items, std::vector<BlockIndex>* out);
+  void ReadBools(std::string_view name, std::vector<bool>* out);
+
+  // An absent field leaves *out empty; a present one must pass `rule`.
+  void ReadOptionalString(std::string_view name, StringRule rule, std::optional<std::string>* out);
+
+  // Fails `name` unless its `size` equals the size of the parallel array
+  // `other`.
+  void RequireSameLength(std::string_view name, size_t size, std::string_view other,
+                         size_t other_size);
+
+  const Status& status() const { return status_; }
+
+ private:
+  // The field's value, or nullptr (recording "is required") when absent or
+  // when an earlier read already failed.
+  const boost::json::value* FindRequired(std::string_view name);
+  void Fail(std::string_view name, const std::string& rule);
+
+  template <typename T, typename Parse>
+  void ReadOne(std::string_view name, Parse parse, T* out);
+  template <typename T, typename Parse>
+  void ReadList(std::string_view name, size_t min_items, Parse parse, std::vector<T>* out);
+
+  const boost::json::object& header_;
+  std::string message_type_;
+  Status status_;
+};
+
+}  // namespace kvpeer::protocol

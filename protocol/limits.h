@@ -1,0 +1,27 @@
+// Numeric limits of wire protocol 1.0 (docs/wire-protocol.md, section 2).
+// Every bound the decoder or the validators enforce is named here once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvpeer::protocol {
+
+inline constexpr uint8_t kMagic[4] = {'K', 'V', 'P', '1'};
+inline constexpr size_t kPrefixLen = 16;  // magic + header_len + payload_len
+
+inline constexpr uint32_t kMinHeaderLen = 2;                  // "{}"
+inline constexpr uint32_t kMaxHeaderLen = 16u * 1024 * 1024;  // 16 MiB
+inline constexpr uint64_t kMaxPayloadLen = 64ull * 1024 * 1024;  // 64 MiB
+
+inline constexpr uint64_t kWireMajor = 1;
+inline constexpr uint64_t kWireMinor = 0;
+
+inline constexpr size_t kMaxStringChars = 4096;  // peer_id, kv_request_id, hash_seed, reason, fingerprint
+inline constexpr size_t kMaxKeyBytes = 4096;     // one key, in bytes (8192 hex digits)
+inline constexpr size_t kMaxListItems = 65536;   // keys, block_indexes, hits
+inline constexpr uint64_t kMaxBlockIndex = (1ull << 31) - 1;
+inline constexpr uint64_t kMaxBlockLen = 64ull * 1024 * 1024;  // one block fits one frame
+inline constexpr size_t kTokenHexDigits = 32;  // epoch, nonce: 16 bytes as hex
+
+}  // namespace kvpeer::protocol

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs kvpeer's build dependencies (only those missing) and builds it.
+#
+#   scripts/setup.sh [--build-dir DIR] [--type Release|Debug] [--sanitize] [--coverage] [--fuzz]
+#
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+# Package installation needs root (apt-get); everything else does not.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir="$root/build"
+build_type=Release
+cmake_args=()
+compiler=()
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --type) build_type=$2; shift 2 ;;
+    --sanitize) cmake_args+=(-DKVPEER_SANITIZE=ON); shift ;;
+    --coverage) cmake_args+=(-DKVPEER_COVERAGE=ON); build_type=Debug; shift ;;
+    --fuzz) cmake_args+=(-DKVPEER_FUZZ=ON); compiler=(-DCMAKE_CXX_COMPILER=clang++); shift ;;
+    *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+packages=(
+  build-essential cmake pkg-config python3
+  libboost1.81-dev libboost-json1.81-dev
+  libspdlog-dev libfmt-dev libcli11-dev catch2
+  libssl-dev libsystemd-dev
+  clang libclang-rt-14-dev lcov
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: installing packages needs root; run as root or install: ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "${compiler[@]}" "${cmake_args[@]}" >/dev/null
+cmake --build "$build_dir" -j2

@@ -1,0 +1,114 @@
+// ClientRole: the consumer half of one peer session.
+//
+// It probes the peer (lookup), asks for blocks (fetch), accepts only the
+// block_data it asked for, and turns every load into exactly one JobResult.
+// Like the seed's ClientRole it never touches a socket: frames leave through
+// the injected SendFn (the session gates them until the handshake is done)
+// and time comes from the injected Clock.
+//
+// Differences from the seed, fixed by wire-protocol.md section 6:
+// * round tokens come from one session-wide counter and are never reused;
+// * lookup_resp applies only to its request's open round;
+// * block_data is accepted only for an in-flight load's not-yet-received
+//   destination indexes; anything else is a violation (Status kViolation);
+// * a load succeeds only on transfer_done{success:true} with every index
+//   received exactly once;
+// * finish, the load timeout and close end a load at once with a failure
+//   result (abort_fetch is sent; the round is retired later by abort_ack or
+//   the abort-ack timeout, and its late block_data is discarded meanwhile),
+//   except that a load whose payload is being received right now gets its
+//   result when that payload is complete, so slots are never written after
+//   the result is reported.
+//
+// Thread-safety: none; driven from one event loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "protocol/messages.h"
+#include "protocol/status.h"
+#include "session/session_types.h"
+
+namespace kvpeer::session {
+
+struct ClientConfig {
+  Duration load_timeout = std::chrono::seconds(30);
+  Duration abort_ack_timeout = std::chrono::seconds(10);
+};
+
+// The answer to one probe: known hit, known miss, or not known yet.
+enum class ProbeAnswer { kHit, kMiss, kRetry };
+
+// Where an inbound block_data payload goes.
+struct BlockDataPlan {
+  bool discard = false;                      // a late frame of an aborted round
+  std::vector<std::span<uint8_t>> targets;   // one block_len span per index, in frame order
+};
+
+// What a torn-down session owes the engines.
+struct ClientCloseResult {
+  std::vector<JobResult> failed_loads;          // every load still without a result
+  std::vector<std::string> failed_request_ids;  // loads in flight plus unresolved probes
+};
+
+class ClientRole {
+ public:
+  ClientRole(std::string peer_id, ClientConfig config, Clock clock, SendFn send);
+  ~ClientRole();
+
+  ClientRole(const ClientRole&) = delete;
+  ClientRole& operator=(const ClientRole&) = delete;
+
+  // Registers or resolves one probe of `key` for `kv_request_id`. The first
+  // call queues the key for the next flush and returns kRetry; later calls
+  // return kRetry until the answer arrives, then the cached answer.
+  ProbeAnswer RegisterLookup(const std::string& kv_request_id, const protocol::Key& key);
+
+  // Sends one lookup per request with unsent probes. Returns how many.
+  size_t FlushPendingLookups();
+
+  // Sends the fetch for a load into `sink`'s slots `block_indexes`.
+  // Errors (kInvalid, nothing sent, no result owed): mismatched lengths, an
+  // empty load, a destination index used twice, a job id already in flight,
+  // or a key that is not a confirmed hit of the open round of a request that
+  // probed this peer.
+  Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                       std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink);
+
+  // The engine is done with `kv_request_id`: in-flight loads are aborted and
+  // fail, an open lookup round is closed with the terminal empty fetch.
+  void Finish(const std::string& kv_request_id);
+
+  // Inbound frames. A non-ok Status is a protocol violation by the peer.
+  void OnLookupResp(const protocol::LookupResp& message);
+  Status OnTransferDone(const protocol::TransferDone& message);
+  Status OnAbortAck(const protocol::AbortAck& message);
+  Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
+  // The payload announced by the last accepted OnBlockDataHeader has landed.
+  void OnBlockDataComplete(const protocol::BlockData& message);
+
+  // Fires load and abort-ack timeouts.
+  void OnTick();
+  // The earliest time OnTick has something to do, if any.
+  std::optional<TimePoint> NextDeadline() const;
+
+  // Results produced since the last call, each exactly once.
+  std::vector<JobResult> TakeResults();
+
+  // Ends everything: every load without a result fails with `reason`.
+  ClientCloseResult Close(const std::string& reason);
+
+  bool HasActiveLoads() const;
+  size_t LoadsInFlight() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvpeer::session

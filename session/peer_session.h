@@ -1,0 +1,138 @@
+// PeerSession: one connection to one peer node, carrying a ClientRole (we
+// fetch from the peer) and a ServerRole (we serve the peer).
+//
+// It owns the handshake (connect / connect_ack with wire version, block_len,
+// fingerprint, hash seed, epoch, nonce, and the PSK proof of wire spec
+// section 5), gates the roles' frames until ready and then flushes them in
+// order, validates and dispatches inbound frames, runs ping/pong liveness
+// and the handshake deadline on the injected clock, and turns the end of
+// the connection into exactly one result per outstanding job.
+//
+// A protocol violation (a role returns kViolation, a connect after ready, a
+// mismatched setting, a failed proof) sends disconnect{reason} and closes
+// the session; the daemon then closes the socket. Unknown message types are
+// ignored and counted.
+//
+// Which of two connections to the same peer survives is decided by
+// ArbitrateConnections (connection_arbiter.h), from facts this class
+// exposes (peer_connect(), ready(), dialled_locally()).
+//
+// Thread-safety: none; driven from one event loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/messages.h"
+#include "protocol/status.h"
+#include "session/client_role.h"
+#include "session/server_role.h"
+#include "session/session_types.h"
+
+namespace kvpeer::session {
+
+struct SessionConfig {
+  std::string local_id;  // our node_id, "host:port"
+  uint64_t block_len = 0;
+  std::string config_fingerprint;
+  std::string hash_seed;
+  std::string epoch;               // 32 lowercase hex digits, this daemon incarnation
+  std::optional<std::string> psk;  // pre-shared key bytes, when authentication is on
+  Duration handshake_timeout = std::chrono::seconds(10);
+  Duration ping_interval = std::chrono::seconds(2);
+  Duration liveness_timeout = std::chrono::seconds(10);
+  ClientConfig client;
+  ServerConfig server;  // server.block_len is taken from block_len
+  // Returns 16 fresh random bytes as 32 lowercase hex digits (nonces).
+  std::function<std::string()> random_token;
+};
+
+// Everything finished since the last TakeResults().
+struct SessionResults {
+  std::vector<JobResult> loads;
+  std::vector<JobResult> stores;
+  std::vector<std::string> failed_request_ids;
+  std::vector<std::string> new_fetch_ids;
+};
+
+struct SessionCounters {
+  uint64_t unknown_types = 0;
+  uint64_t frames_received = 0;
+  uint64_t frames_sent = 0;
+};
+
+class PeerSession {
+ public:
+  enum class State { kHandshaking, kReady, kClosed };
+
+  // `expected_peer_id` is the peer we dialled (empty for an accepted
+  // connection, whose peer is known only from its connect).
+  PeerSession(SessionConfig config, Clock clock, SendFn send, BlockIndex& index,
+              std::string expected_peer_id = {});
+  ~PeerSession();
+
+  PeerSession(const PeerSession&) = delete;
+  PeerSession& operator=(const PeerSession&) = delete;
+
+  // Sends our connect. Call once, first.
+  void Start();
+
+  State state() const;
+  bool ready() const { return state() == State::kReady; }
+  bool dialled_locally() const;
+  // The peer's validated connect, once received.
+  const std::optional<protocol::Connect>& peer_connect() const;
+  // The peer's node id: the dialled one, or the one its connect named.
+  const std::string& peer_id() const;
+  // Why the session closed (empty while open).
+  const std::string& close_reason() const;
+  const SessionCounters& counters() const;
+  // Last ping round trip, once measured.
+  std::optional<Duration> rtt() const;
+
+  // Inbound frames other than block_data. A non-ok Status means the session
+  // has closed (a disconnect was sent when the reason is a violation).
+  Status OnMessage(const protocol::Message& message);
+  // Inbound block_data: the plan says where the payload goes. A non-ok
+  // Status is a violation (the session has closed).
+  Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
+  void OnBlockDataComplete(const protocol::BlockData& message);
+
+  // Timers: handshake deadline, ping, liveness, role timeouts.
+  void OnTick();
+  std::optional<TimePoint> NextDeadline() const;
+
+  // See ServerRole::ProduceDataFrame. Never produces before ready.
+  bool ProduceDataFrame();
+  bool HasDataToSend() const;
+
+  // Engine-facing operations, forwarded to the roles. Before ready their
+  // frames are queued; after close they fail at once.
+  ProbeAnswer RegisterLookup(const std::string& kv_request_id, const protocol::Key& key);
+  size_t FlushPendingLookups();
+  Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                       std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink);
+  void AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                 std::vector<PinRef> blocks);
+  // Client and server roles both finish the request.
+  void Finish(const std::string& kv_request_id);
+
+  SessionResults TakeResults();
+
+  // Ends the session: sends disconnect{reason} when `notify_peer`, then ends
+  // every load and store job with a failure result (returned by the next
+  // TakeResults, together with the failed request ids). Idempotent.
+  void Close(const std::string& reason, bool notify_peer = true);
+
+  size_t LoadsInFlight() const;
+  size_t RoundsServing() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvpeer::session

@@ -1,0 +1,102 @@
+// ServerRole: the producer half of one peer session.
+//
+// It answers the peer's lookups at once from the node-wide BlockIndex
+// (pinning hits and parking them under the lookup's round), matches fetch
+// demand against supply (lookup pins, or `store` jobs for disaggregated
+// prefill, in either order), streams matched blocks as block_data frames and
+// ends every round with exactly one terminal: transfer_done, or abort_ack
+// when the consumer aborted it (none for the terminal empty fetch).
+//
+// Data frames are pulled, not pushed: the connection's writer calls
+// ProduceDataFrame() whenever it has no data frame in flight, and the role
+// then sends one block_data frame (or the transfer_done that follows a
+// round's last frame) through the SendFn. That keeps memory bounded, lets
+// control frames overtake at most one data frame, and makes abort simple:
+// nothing of an aborted round is queued anywhere but here.
+//
+// Pins are PinRefs: a round holds its blocks' references, each frame holds
+// its own, so a slot is unpinned only when no round and no unwritten frame
+// still reads it.
+//
+// Differences from the seed (reference section 6) and hazards avoided:
+// lookups answered immediately (no serve window); PD supply binds to the
+// round that demands its keys, never to a fixed round 0 (E59); a round is
+// finalized exactly once (E57); results queued before Close are returned by
+// Close (E58); a terminal empty fetch never drops a round that is still
+// sending (E60); tokens are session-wide so no round is reused (E56).
+//
+// Thread-safety: none; driven from one event loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/messages.h"
+#include "protocol/status.h"
+#include "session/session_types.h"
+
+namespace kvpeer::session {
+
+struct ServerConfig {
+  uint64_t block_len = 0;
+  // Upper bound of one block_data payload; at least one block is always sent.
+  uint64_t max_frame_payload = 4ull * 1024 * 1024;
+  // A bound store job whose blocks are not all demanded by then fails, so
+  // an engine's pins never leak on a consumer that went quiet.
+  Duration store_timeout = std::chrono::seconds(60);
+};
+
+class ServerRole {
+ public:
+  ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, BlockIndex& index);
+  ~ServerRole();
+
+  ServerRole(const ServerRole&) = delete;
+  ServerRole& operator=(const ServerRole&) = delete;
+
+  // Inbound frames. A non-ok Status is a protocol violation by the peer.
+  void OnLookup(const protocol::Lookup& message);
+  Status OnFetch(const protocol::Fetch& message);
+  void OnAbortFetch(const protocol::AbortFetch& message);
+
+  // A local store job's blocks, offered for `kv_request_id`. The job ends
+  // with exactly one result (TakeStoreResults).
+  void AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                 std::vector<PinRef> blocks);
+
+  // Producer-side finish: demand that can no longer be met fails at once;
+  // rounds still sending finish when their last frame has been produced.
+  void Finish(const std::string& kv_request_id);
+
+  // Sends the next data frame (block_data, or a round's final
+  // transfer_done) if there is one. Returns whether it sent anything.
+  // REQUIRES: every frame produced earlier has been written, so that
+  // transfer_done follows its round's data on the wire.
+  bool ProduceDataFrame();
+  bool HasDataToSend() const;
+
+  // Fires store timeouts.
+  void OnTick();
+  std::optional<TimePoint> NextDeadline() const;
+
+  // Store job results since the last call, each exactly once.
+  std::vector<JobResult> TakeStoreResults();
+  // Request ids that received a fetch since the last call; the daemon binds
+  // their unbound store supply to this session.
+  std::vector<std::string> TakeNewFetchIds();
+
+  // Ends everything: every store job without a result fails with `reason`
+  // (results already queued are included), every pin is dropped.
+  std::vector<JobResult> Close(const std::string& reason);
+
+  size_t RoundsServing() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvpeer::session

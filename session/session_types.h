@@ -1,0 +1,82 @@
+// Types shared by the session layer: the injected clock and send callback,
+// the interfaces through which roles reach block memory, and job results.
+//
+// The session layer is pure logic: no sockets, no Asio, no threads. The
+// daemon (or a test) implements these interfaces over shared memory (or
+// in-memory regions) and drives the roles with plain method calls.
+//
+// Thread-safety: none. Everything here is used from one event loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "protocol/messages.h"
+
+namespace kvpeer::session {
+
+using TimePoint = std::chrono::steady_clock::time_point;
+using Duration = std::chrono::steady_clock::duration;
+// The injected clock: tests move it by hand, the daemon passes steady_clock::now.
+using Clock = std::function<TimePoint()>;
+
+using JobId = uint64_t;
+
+// A source block pinned for reading. Its bytes stay valid and unchanged while
+// any reference to it lives; dropping the last reference unpins it. Frames
+// that still have to be written hold references, which is how "a pin is
+// released only when no queued frame still reads that slot" holds by
+// construction.
+class PinnedBlock {
+ public:
+  virtual ~PinnedBlock() = default;
+  virtual std::span<const uint8_t> bytes() const = 0;
+};
+using PinRef = std::shared_ptr<const PinnedBlock>;
+
+// The node-wide index of published keys, implemented by the daemon over all
+// local engines' regions. Answers peers' lookups with no engine involvement.
+class BlockIndex {
+ public:
+  virtual ~BlockIndex() = default;
+  // Pins the block published under `key`, or returns null when no local
+  // engine publishes it.
+  virtual PinRef PinIfPublished(const protocol::Key& key) = 0;
+};
+
+// The destination of a load: the consumer engine's slots. The span of a slot
+// is block_len bytes and stays valid while the SlotSink lives.
+class SlotSink {
+ public:
+  virtual ~SlotSink() = default;
+  virtual std::span<uint8_t> Slot(protocol::BlockIndex index) = 0;
+};
+using SlotSinkRef = std::shared_ptr<SlotSink>;
+
+// One frame to put on the connection. For block_data, `blocks` are the source
+// blocks whose bytes, concatenated in order, form the payload (written with
+// scatter/gather straight from their memory). The references keep the blocks
+// pinned until the frame has been written and dropped.
+struct OutFrame {
+  protocol::Message message;
+  std::vector<PinRef> blocks;
+};
+
+// Frames are written in the order they are sent.
+using SendFn = std::function<void(OutFrame)>;
+
+// The result of a load (client role) or a store (server role supply) job.
+// Every job gets exactly one.
+struct JobResult {
+  JobId job_id = 0;
+  std::string kv_request_id;
+  bool success = false;
+  std::string reason;  // empty on success; says why on failure
+};
+
+}  // namespace kvpeer::session
