@@ -140,20 +140,23 @@ void DecodeFields(FieldReader& r, ConnectAck* m) {
   r.ReadInteger("wire_major", kAnyUint64Rule, &m->wire_major);
   r.ReadInteger("wire_minor", kAnyUint64Rule, &m->wire_minor);
   r.ReadToken("epoch", TokenRule::kNotAllZeros, &m->epoch);
-  // Deliberately not checked for the HMAC's 64-hex-digit shape: a malformed
-  // proof is a wrong proof, which the session must answer with
-  // "authentication failed" (spec section 5), not a frame violation. Only
-  // the common string bound applies.
-  r.ReadOptionalString("proof", kFreeStringRule, &m->proof);
+  // Any string: a proof of the wrong length or case is a wrong proof, which
+  // the session answers with "authentication failed" (spec section 5,
+  // docs/wire-protocol.md 9(d)); only a non-string is a frame violation.
+  r.ReadOptionalString("proof", kAnyStringRule, &m->proof);
 }
 
 void DecodeFields(FieldReader& r, Disconnect* m) {
   r.ReadOptionalString("reason", kFreeStringRule, &m->reason);
 }
 
-void DecodeFields(FieldReader& r, Ping* m) { r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce); }
+void DecodeFields(FieldReader& r, Ping* m) {
+  r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce);
+}
 
-void DecodeFields(FieldReader& r, Pong* m) { r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce); }
+void DecodeFields(FieldReader& r, Pong* m) {
+  r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce);
+}
 
 void DecodeFields(FieldReader& r, Lookup* m) {
   r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
@@ -237,12 +240,13 @@ std::optional<size_t> FindKnownType(std::string_view type) {
 }
 
 // Parses with error codes only. Allocation failure (std::bad_alloc) is the
-// one exception that can still leave, as anywhere else in the daemon.
-Status ParseJson(std::string_view text, json::storage_ptr storage, json::value* out) {
+// one exception that can still leave, as anywhere else in the daemon. The
+// tree is built in out's storage so the final move does not copy it.
+Status ParseJson(std::string_view text, json::value* out) {
   json::parse_options options;
   options.max_depth = kMaxJsonDepth;
   json::parser parser(json::storage_ptr(), options);
-  parser.reset(std::move(storage));
+  parser.reset(out->storage());
   json::error_code error;
   const size_t consumed = parser.write(text.data(), text.size(), error);
   if (error) {
@@ -256,14 +260,14 @@ Status ParseJson(std::string_view text, json::storage_ptr storage, json::value* 
 // Only block_data carries a payload (spec section 2).
 Status CheckControlPayload(size_t type_index, uint64_t payload_len) {
   if (type_index == kBlockDataIndex || payload_len == 0) return Status::Ok();
-  return Status::FieldViolation(std::string(kKnownTypeNames[type_index]) + ".payload_len",
-                                "must be 0 (only block_data carries a payload), is " +
-                                    std::to_string(payload_len));
+  return Status::FieldViolation(
+      std::string(kKnownTypeNames[type_index]) + ".payload_len",
+      "must be 0 (only block_data carries a payload), is " + std::to_string(payload_len));
 }
 
 Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len,
                              const DecodeContext& context) {
-  if (context.block_len == 0) return Status::Ok();  // block_len not known yet
+  if (context.block_len == 0) return Status::Ok();      // block_len not known yet
   const uint64_t count = message.block_indexes.size();  // >= 1, checked by the decoder
   // count <= 65536 but the context's block_len is unbounded: multiply only
   // when the product fits; otherwise it cannot equal any payload_len.
@@ -271,10 +275,9 @@ Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len,
   if (fits && count * context.block_len == payload_len) return Status::Ok();
   const std::string product = fits ? " = " + std::to_string(count * context.block_len) : "";
   return Status::FieldViolation(
-      "block_data.payload_len", "must be len(block_indexes) * block_len = " +
-                                    std::to_string(count) + " * " +
-                                    std::to_string(context.block_len) + product + ", is " +
-                                    std::to_string(payload_len));
+      "block_data.payload_len",
+      "must be len(block_indexes) * block_len = " + std::to_string(count) + " * " +
+          std::to_string(context.block_len) + product + ", is " + std::to_string(payload_len));
 }
 
 }  // namespace
@@ -286,25 +289,25 @@ std::string EncodeHeader(const Message& message) {
   return json::serialize(header);
 }
 
-Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context,
-                    Message* out) {
+Status DecodeHeader(std::string_view header_json, uint64_t payload_len,
+                    const DecodeContext& context, Message* out) {
   // The parsed tree lives only for this call: a monotonic arena makes its
   // many small allocations cheap and frees them at once.
   json::monotonic_resource arena;
-  json::value root;
-  if (Status status = ParseJson(header_json, &arena, &root); !status.ok()) return status;
+  json::value root(&arena);
+  if (Status status = ParseJson(header_json, &root); !status.ok()) return status;
 
   const json::object* header = root.if_object();
   if (header == nullptr) {
-    return Status::FieldViolation("header", "must be a JSON object, not " +
-                                                std::string(JsonKindName(root)));
+    return Status::FieldViolation("header",
+                                  "must be a JSON object, not " + std::string(JsonKindName(root)));
   }
   const json::value* type_value = header->if_contains("type");
   if (type_value == nullptr) return Status::FieldViolation("type", "is required");
   const json::string* type = type_value->if_string();
   if (type == nullptr) {
-    return Status::FieldViolation("type", "must be a string, not " +
-                                              std::string(JsonKindName(*type_value)));
+    return Status::FieldViolation(
+        "type", "must be a string, not " + std::string(JsonKindName(*type_value)));
   }
 
   const std::optional<size_t> type_index = FindKnownType(*type);

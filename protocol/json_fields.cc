@@ -89,7 +89,8 @@ Broken ParseToken(const json::value& value, TokenRule rule, std::string* out) {
     return "must be " + wanted + ", has " + std::to_string(CountCodePoints(*text)) + " characters";
   }
   if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
-    return "must be " + wanted + "; character " + std::to_string(bad) + " is not 0-9 or a-f";
+    return "must be " + wanted + "; the character at offset " + std::to_string(bad) +
+           " is not 0-9 or a-f";
   }
   if (rule == TokenRule::kNotAllZeros && text->find_first_not_of('0') == json::string::npos) {
     return "must not be all zeros";
@@ -99,18 +100,20 @@ Broken ParseToken(const json::value& value, TokenRule rule, std::string* out) {
 }
 
 Broken ParseKey(const json::value& value, Key* out) {
-  static const std::string kHexRule = "must be lowercase hex with an even number of digits";
+  constexpr std::string_view kHexRule = "must be lowercase hex with an even number of digits";
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a string of lowercase hex digits", value);
   if (text->empty() || text->size() > 2 * kMaxKeyBytes) {
-    return "must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) + " hex digits (1 ..= " +
-           std::to_string(kMaxKeyBytes) + " bytes), has " + std::to_string(text->size());
+    return "must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) +
+           " hex digits (1 ..= " + std::to_string(kMaxKeyBytes) + " bytes), has " +
+           std::to_string(text->size());
   }
   if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
-    return kHexRule + "; character " + std::to_string(bad) + " is not 0-9 or a-f";
+    return std::string(kHexRule) + "; the character at offset " + std::to_string(bad) +
+           " is not 0-9 or a-f";
   }
   if (text->size() % 2 != 0) {
-    return kHexRule + ", has " + std::to_string(text->size()) + " digits";
+    return std::string(kHexRule) + ", has " + std::to_string(text->size()) + " digits";
   }
   DecodeHex(*text, out);  // cannot fail: checked above
   return std::nullopt;
@@ -127,14 +130,21 @@ Broken ParseBlockIndex(const json::value& value, BlockIndex* out) {
 
 std::string_view JsonKindName(const json::value& value) {
   switch (value.kind()) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "a bool";
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "a bool";
     case json::kind::int64:
-    case json::kind::uint64: return "an integer";
-    case json::kind::double_: return "a floating-point number";
-    case json::kind::string: return "a string";
-    case json::kind::array: return "an array";
-    case json::kind::object: return "an object";
+    case json::kind::uint64:
+      return "an integer";
+    case json::kind::double_:
+      return "a floating-point number";
+    case json::kind::string:
+      return "a string";
+    case json::kind::array:
+      return "an array";
+    case json::kind::object:
+      return "an object";
   }
   return "an unknown JSON value";
 }
@@ -184,17 +194,20 @@ void FieldReader::ReadList(std::string_view name, size_t min_items, Parse parse,
 }
 
 void FieldReader::ReadString(std::string_view name, StringRule rule, std::string* out) {
-  ReadOne(name, [rule](const json::value& v, std::string* o) { return ParseString(v, rule, o); }, out);
+  ReadOne(
+      name, [rule](const json::value& v, std::string* o) { return ParseString(v, rule, o); }, out);
 }
 
 void FieldReader::ReadInteger(std::string_view name, IntegerRule rule, uint64_t* out) {
-  ReadOne(name, [rule](const json::value& v, uint64_t* o) { return ParseInteger(v, rule, o); }, out);
+  ReadOne(
+      name, [rule](const json::value& v, uint64_t* o) { return ParseInteger(v, rule, o); }, out);
 }
 
 void FieldReader::ReadBool(std::string_view name, bool* out) { ReadOne(name, ParseBool, out); }
 
 void FieldReader::ReadToken(std::string_view name, TokenRule rule, std::string* out) {
-  ReadOne(name, [rule](const json::value& v, std::string* o) { return ParseToken(v, rule, o); }, out);
+  ReadOne(
+      name, [rule](const json::value& v, std::string* o) { return ParseToken(v, rule, o); }, out);
 }
 
 void FieldReader::ReadKeys(std::string_view name, std::vector<Key>* out) {

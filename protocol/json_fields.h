@@ -34,8 +34,10 @@ struct StringRule {
   size_t min_chars;
   size_t max_chars;
 };
-inline constexpr StringRule kIdStringRule{1, kMaxStringChars};    // peer_id, kv_request_id, hash_seed
-inline constexpr StringRule kFreeStringRule{0, kMaxStringChars};  // config_fingerprint, reason, proof
+inline constexpr StringRule kIdStringRule{1, kMaxStringChars};  // peer_id, kv_request_id, hash_seed
+inline constexpr StringRule kFreeStringRule{0, kMaxStringChars};  // config_fingerprint, reason
+// Bounded only by the header length limit (connect_ack.proof).
+inline constexpr StringRule kAnyStringRule{0, std::numeric_limits<size_t>::max()};
 
 // Inclusive bounds of an integer field.
 struct IntegerRule {

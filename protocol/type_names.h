@@ -13,8 +13,8 @@
 namespace kvpeer::protocol {
 
 inline constexpr std::array<std::string_view, 12> kKnownTypeNames = {
-    "connect", "connect_ack", "disconnect",    "ping",        "pong",        "lookup",
-    "lookup_resp", "fetch",   "block_data",    "transfer_done", "abort_fetch", "abort_ack",
+    "connect",     "connect_ack", "disconnect", "ping",          "pong",        "lookup",
+    "lookup_resp", "fetch",       "block_data", "transfer_done", "abort_fetch", "abort_ack",
 };
 
 // Unknown is the last alternative and has no fixed name.

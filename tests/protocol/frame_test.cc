@@ -31,7 +31,7 @@ bool Contains(const std::string& text, const std::string& part) { return text.fi
 
 TEST_CASE("frame prefix: encode then decode returns the same lengths", "[frame]") {
   const FramePrefix cases[] = {
-      {2, 0}, {1234, 5678}, {0x01020304, 0x0000000004030201}, {kMaxHeaderLen, kMaxPayloadLen}};
+      {2, 0}, {1234, 5678}, {0x00fedcba, 0x0000000003020100}, {kMaxHeaderLen, kMaxPayloadLen}};
   for (const FramePrefix& prefix : cases) {
     FramePrefix decoded;
     REQUIRE(DecodeArray(EncodePrefix(prefix), &decoded).ok());
