@@ -103,8 +103,14 @@ class ClientRole {
   // Ends everything: every load without a result fails with `reason`.
   ClientCloseResult Close(const std::string& reason);
 
+  // A load whose round is not retired yet: in flight, or aborted and
+  // awaiting abort_ack (its late frames are still expected).
   bool HasActiveLoads() const;
+  // Loads still owed a result.
   size_t LoadsInFlight() const;
+  // Requests with any state held here; 0 once every request has finished
+  // and its rounds are retired (for tests: nothing leaks).
+  size_t TrackedRequests() const;
 
  private:
   struct Impl;

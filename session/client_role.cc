@@ -1,0 +1,432 @@
+#include "session/client_role.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "protocol/limits.h"
+#include "session/client_load_slots.h"
+#include "session/client_state.h"
+
+namespace kvpeer::session {
+namespace {
+
+using client_detail::Load;
+using client_detail::Phase;
+using client_detail::Probe;
+using client_detail::RequestState;
+using protocol::Key;
+using protocol::RoundSeq;
+
+// "30 s" for whole seconds, else milliseconds: reasons are read by people.
+std::string FormatDuration(Duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms) + " ms";
+}
+
+// Enough of a key to find it in a log, never the whole 4 KiB.
+std::string HexPrefix(const Key& key) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  const size_t shown = std::min<size_t>(key.size(), 8);
+  std::string out;
+  for (size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<uint8_t>(key[i]);
+    out += kDigits[byte >> 4];
+    out += kDigits[byte & 0xf];
+  }
+  if (key.size() > shown) out += "...";
+  return out;
+}
+
+// Whether a value can travel on the wire at all; the peer would otherwise
+// close the whole connection over one engine's bad input.
+bool WireSafeId(const std::string& id) { return !id.empty() && id.size() <= protocol::kMaxStringChars; }
+bool WireSafeKey(const Key& key) { return !key.empty() && key.size() <= protocol::kMaxKeyBytes; }
+
+}  // namespace
+
+struct ClientRole::Impl {
+  Impl(std::string peer, ClientConfig cfg, Clock clk, SendFn snd)
+      : peer_id(std::move(peer)), config(cfg), clock(std::move(clk)), send(std::move(snd)) {}
+
+  std::string peer_id;  // the peer this role fetches from (for debugging)
+  ClientConfig config;
+  Clock clock;
+  SendFn send;
+
+  // The session-wide round counter: every new round takes the next value,
+  // so a token is never reused on the connection, not even after a request
+  // was pruned and its id came back (E56, hardened 10.3). A uint64 counter
+  // cannot wrap in practice (2^64 rounds at one per nanosecond is 584 years).
+  RoundSeq next_round = 0;
+  std::unordered_map<std::string, RequestState> requests;
+  // Requests with unsent probes: the flush visits only these, never every
+  // request. Ordered so lookups leave in a reproducible order.
+  std::set<std::string> flush_pending;
+  // Every load whose round is not retired, by its session-unique round.
+  std::unordered_map<RoundSeq, Load> loads;
+  // The timeout work-list: (deadline, round) of every load with a deadline,
+  // earliest first, so OnTick and NextDeadline touch only what is due.
+  std::set<std::pair<TimePoint, RoundSeq>> deadlines;
+  // Jobs still owed a result; rejects a job id submitted twice.
+  std::unordered_set<JobId> jobs_owing;
+  std::vector<JobResult> results;
+  bool closed = false;
+
+  RequestState& Request(const std::string& kv) { return requests[kv]; }
+
+  void MaybePrune(const std::string& kv) {
+    auto it = requests.find(kv);
+    if (it != requests.end() && it->second.Idle()) requests.erase(it);
+  }
+
+  Load* FindLoad(const std::string& kv, RoundSeq round) {
+    auto it = loads.find(round);
+    return it == loads.end() || it->second.kv_request_id != kv ? nullptr : &it->second;
+  }
+
+  void Schedule(RoundSeq round, Load& load, TimePoint at) {
+    Unschedule(round, load);
+    load.deadline = at;
+    deadlines.emplace(at, round);
+  }
+
+  void Unschedule(RoundSeq round, Load& load) {
+    if (load.deadline) deadlines.erase({*load.deadline, round});
+    load.deadline.reset();
+  }
+
+  void Send(protocol::Message message) { send(OutFrame{std::move(message), {}}); }
+
+  void Emit(Load& load, bool success, std::string reason) {
+    jobs_owing.erase(load.job_id);
+    results.push_back(JobResult{load.job_id, load.kv_request_id, success, std::move(reason)});
+  }
+
+  // Ends the open round of a request: its probes go with it.
+  void CloseRound(const std::string& kv, RequestState& st) {
+    st.open_round.reset();
+    st.peer_lookup_open = false;
+    st.probes.clear();
+    st.unsent.clear();
+    flush_pending.erase(kv);
+  }
+
+  Status CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
+                   const std::vector<protocol::BlockIndex>& indexes, const SlotSinkRef& sink) const;
+  Status CheckConfirmedHits(const std::string& kv, const std::vector<Key>& keys) const;
+  size_t SendLookups(const std::string& kv, RequestState& st);
+  void EndLoadLocally(RoundSeq round, Load& load, std::string reason, TimePoint now);
+  void FireDeadline(RoundSeq round, TimePoint now);
+  void Retire(RoundSeq round);
+  bool OwesEngine(const RequestState& st) const;
+};
+
+Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
+                                   const std::vector<protocol::BlockIndex>& indexes, const SlotSinkRef& sink) const {
+  if (closed) return Status::Unavailable("the session to " + peer_id + " is closed");
+  if (!WireSafeId(kv)) return Status::Invalid("kv_request_id must be 1 ..= 4096 characters");
+  if (keys.size() != indexes.size()) {
+    return Status::Invalid("keys and block_indexes differ in length: " + std::to_string(keys.size()) + " vs " +
+                           std::to_string(indexes.size()));
+  }
+  if (keys.empty()) return Status::Invalid("a load needs at least one block");
+  if (keys.size() > protocol::kMaxListItems) return Status::Invalid("a load may name at most 65536 blocks");
+  if (!std::all_of(keys.begin(), keys.end(), WireSafeKey)) return Status::Invalid("keys must be 1 ..= 4096 bytes");
+  for (protocol::BlockIndex index : indexes) {
+    if (index > protocol::kMaxBlockIndex)
+      return Status::Invalid("block index " + std::to_string(index) + " exceeds 2^31 - 1");
+  }
+  if (!sink) return Status::Invalid("a load needs a slot sink");
+  if (jobs_owing.contains(job_id)) return Status::Invalid("job id " + std::to_string(job_id) + " is already in flight");
+  return CheckConfirmedHits(kv, keys);
+}
+
+// A request that probed this peer is symmetric: each key it loads must have
+// been answered "hit" in the round the fetch closes, because only those
+// blocks are pinned for it on the producer. A request that never probed is
+// a disaggregated-prefill load and is served from supply instead.
+Status ClientRole::Impl::CheckConfirmedHits(const std::string& kv, const std::vector<Key>& keys) const {
+  auto it = requests.find(kv);
+  if (it == requests.end() || !it->second.symmetric) return Status::Ok();
+  const RequestState& st = it->second;
+  if (!st.open_round) {
+    return Status::Invalid("kv_request_id " + kv +
+                           " probed this peer but has no open lookup round; probe the keys before loading them");
+  }
+  for (const Key& key : keys) {
+    auto probe = st.probes.find(key);
+    if (probe == st.probes.end() || probe->second != Probe::kHit) {
+      return Status::Invalid("key " + HexPrefix(key) + " is not a confirmed hit of round " +
+                             std::to_string(*st.open_round));
+    }
+  }
+  return Status::Ok();
+}
+
+size_t ClientRole::Impl::SendLookups(const std::string& kv, RequestState& st) {
+  for (const Key& key : st.unsent) st.probes.at(key) = Probe::kSent;
+  size_t sent = 0;
+  // One lookup normally; more only if the keys exceed one message's list limit.
+  for (size_t begin = 0; begin < st.unsent.size(); begin += protocol::kMaxListItems, ++sent) {
+    const size_t end = std::min(st.unsent.size(), begin + protocol::kMaxListItems);
+    std::vector<Key> keys(std::make_move_iterator(st.unsent.begin() + begin),
+                          std::make_move_iterator(st.unsent.begin() + end));
+    Send(protocol::Lookup{kv, std::move(keys), *st.open_round});
+  }
+  st.unsent.clear();
+  st.peer_lookup_open = true;
+  return sent;
+}
+
+// Finish and the load timeout end a load on our side: the peer is told to
+// stop, and the load fails now because this role controls every write into
+// its slots (late frames of the round are discarded until abort_ack).
+void ClientRole::Impl::EndLoadLocally(RoundSeq round, Load& load, std::string reason, TimePoint now) {
+  Send(protocol::AbortFetch{load.kv_request_id, round});
+  load.phase = Phase::kAborting;
+  Schedule(round, load, now + config.abort_ack_timeout);
+  if (load.slots.frame_open()) {
+    load.deferred_failure = std::move(reason);
+  } else {
+    Emit(load, false, std::move(reason));
+  }
+}
+
+void ClientRole::Impl::FireDeadline(RoundSeq round, TimePoint now) {
+  Load& load = loads.at(round);
+  load.deadline.reset();
+  if (load.phase == Phase::kInFlight) {
+    EndLoadLocally(round, load, "load timed out after " + FormatDuration(config.load_timeout), now);
+  } else if (load.slots.frame_open()) {
+    load.retire_after_frame = true;
+  } else {
+    // No abort_ack within abort_ack_timeout. The load already failed when it
+    // was aborted, so the round is just forgotten; a frame of it arriving
+    // later is then a violation.
+    Retire(round);
+  }
+}
+
+// Forgets a round for good: later frames of it are unknown.
+void ClientRole::Impl::Retire(RoundSeq round) {
+  auto it = loads.find(round);
+  Unschedule(round, it->second);
+  const std::string kv = std::move(it->second.kv_request_id);
+  loads.erase(it);
+  requests.at(kv).loads.erase(round);
+  MaybePrune(kv);
+}
+
+// The engine would wait forever on this request if the session died now.
+bool ClientRole::Impl::OwesEngine(const RequestState& st) const {
+  for (RoundSeq round : st.loads)
+    if (loads.at(round).owes_result()) return true;
+  for (const auto& [key, probe] : st.probes)
+    if (probe == Probe::kUnsent || probe == Probe::kSent) return true;
+  return false;
+}
+
+ClientRole::ClientRole(std::string peer_id, ClientConfig config, Clock clock, SendFn send)
+    : impl_(std::make_unique<Impl>(std::move(peer_id), config, std::move(clock), std::move(send))) {}
+
+ClientRole::~ClientRole() = default;
+
+ProbeAnswer ClientRole::RegisterLookup(const std::string& kv_request_id, const protocol::Key& key) {
+  // Nothing can answer a probe that cannot be asked: a miss, never a hang.
+  if (impl_->closed || !WireSafeId(kv_request_id) || !WireSafeKey(key)) return ProbeAnswer::kMiss;
+  RequestState& st = impl_->Request(kv_request_id);
+  st.symmetric = true;
+  if (!st.open_round) st.open_round = impl_->next_round++;
+  auto [it, added] = st.probes.try_emplace(key, Probe::kUnsent);
+  if (added) {
+    st.unsent.push_back(key);
+    impl_->flush_pending.insert(kv_request_id);
+    return ProbeAnswer::kRetry;
+  }
+  if (it->second == Probe::kHit) return ProbeAnswer::kHit;
+  if (it->second == Probe::kMiss) return ProbeAnswer::kMiss;
+  return ProbeAnswer::kRetry;
+}
+
+size_t ClientRole::FlushPendingLookups() {
+  size_t sent = 0;
+  for (const std::string& kv : impl_->flush_pending) sent += impl_->SendLookups(kv, impl_->requests.at(kv));
+  impl_->flush_pending.clear();
+  return sent;
+}
+
+Status ClientRole::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                                 std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink) {
+  if (Status s = impl_->CheckLoad(job_id, kv_request_id, keys, block_indexes, sink); !s.ok()) return s;
+  LoadSlots slots(std::move(sink), block_indexes);
+  if (auto dup = slots.duplicate()) {
+    return Status::Invalid("destination index " + std::to_string(*dup) + " appears twice in the load");
+  }
+  RequestState& st = impl_->Request(kv_request_id);
+  // The fetch closes the open round; a request with none (PD) opens and
+  // closes a fresh one.
+  const RoundSeq round = st.open_round ? *st.open_round : impl_->next_round++;
+  impl_->CloseRound(kv_request_id, st);
+  st.loads.insert(round);
+  Load& load = impl_->loads.try_emplace(round, job_id, kv_request_id, std::move(slots)).first->second;
+  impl_->Schedule(round, load, impl_->clock() + impl_->config.load_timeout);
+  impl_->jobs_owing.insert(job_id);
+  impl_->Send(protocol::Fetch{kv_request_id, std::move(keys), std::move(block_indexes), round});
+  return Status::Ok();
+}
+
+// Unlike the seed, which drops in-flight loads without a result (E6), every
+// in-flight load fails at once with "request finished": each submitted load
+// gets exactly one result, and our role controls every write into its slots,
+// so nothing depends on the abort_ack. Loads already aborting got their
+// abort_fetch and their result before and get neither again (E7).
+void ClientRole::Finish(const std::string& kv_request_id) {
+  auto it = impl_->requests.find(kv_request_id);
+  if (it == impl_->requests.end()) return;
+  RequestState& st = it->second;
+  const TimePoint now = impl_->clock();
+  for (RoundSeq round : st.loads) {
+    Load& load = impl_->loads.at(round);
+    if (load.phase == Phase::kInFlight) impl_->EndLoadLocally(round, load, "request finished", now);
+  }
+  // The peer holds lookup state of the open round that no fetch will close:
+  // the terminal empty fetch releases it (E8; never owed for probes that
+  // were not flushed, E9, nor after a real fetch, E10).
+  if (st.peer_lookup_open) impl_->Send(protocol::Fetch{kv_request_id, {}, {}, *st.open_round});
+  impl_->CloseRound(kv_request_id, st);
+  st.symmetric = false;
+  impl_->MaybePrune(kv_request_id);
+}
+
+void ClientRole::OnLookupResp(const protocol::LookupResp& message) {
+  auto it = impl_->requests.find(message.kv_request_id);
+  if (it == impl_->requests.end()) return;
+  RequestState& st = it->second;
+  // An answer for a closed round is stale even if the key was probed again
+  // since: the producer may have unpinned the block in between (E12).
+  if (st.open_round != message.round_seq) return;
+  const size_t n = std::min(message.keys.size(), message.hits.size());
+  for (size_t i = 0; i < n; ++i) {
+    auto probe = st.probes.find(message.keys[i]);
+    // Only keys asked in this round and not answered yet: a second answer
+    // must not flip a hit the engine may already have acted on (E13).
+    if (probe != st.probes.end() && probe->second == Probe::kSent) {
+      probe->second = message.hits[i] ? Probe::kHit : Probe::kMiss;
+    }
+  }
+}
+
+Status ClientRole::OnTransferDone(const protocol::TransferDone& message) {
+  Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
+  // Unknown: a duplicate, or raced with a retirement (E1, E2). Aborting:
+  // the load already failed and abort_ack retires the round.
+  if (load == nullptr || load->phase == Phase::kAborting) return Status::Ok();
+  if (load->slots.frame_open()) return Status::Internal("transfer_done while a block_data payload is being received");
+  if (!message.success) {
+    impl_->Emit(*load, false, "peer reported failure");
+  } else if (!load->slots.complete()) {
+    impl_->Emit(*load, false,
+                "transfer_done before all blocks arrived: " + std::to_string(load->slots.received()) + " of " +
+                    std::to_string(load->slots.size()));
+  } else {
+    impl_->Emit(*load, true, "");
+  }
+  impl_->Retire(message.round_seq);
+  return Status::Ok();
+}
+
+Status ClientRole::OnAbortAck(const protocol::AbortAck& message) {
+  Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
+  // Only a round we aborted is retired by its ack; anything else is a
+  // duplicate or raced with a retirement (E3).
+  if (load == nullptr || load->phase != Phase::kAborting) return Status::Ok();
+  if (load->slots.frame_open()) {
+    load->retire_after_frame = true;
+    impl_->Unschedule(message.round_seq, *load);
+    return Status::Ok();
+  }
+  impl_->Retire(message.round_seq);
+  return Status::Ok();
+}
+
+Status ClientRole::OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan) {
+  plan->discard = false;
+  plan->targets.clear();
+  if (impl_->closed) return Status::Unavailable("the session to " + impl_->peer_id + " is closed");
+  const std::string context =
+      "block_data for kv_request_id " + message.kv_request_id + " round " + std::to_string(message.round_seq) + ": ";
+  Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
+  if (load == nullptr) return Status::Violation(context + "no load of this round is in flight");
+  if (load->slots.frame_open()) return Status::Internal(context + "header before the previous payload landed");
+  if (load->phase == Phase::kAborting) {
+    // The peer may have sent it before it saw our abort_fetch.
+    plan->discard = true;
+    return Status::Ok();
+  }
+  if (message.block_indexes.empty()) return Status::Violation(context + "no block index");
+  return load->slots.BeginFrame(message.block_indexes, plan, context);
+}
+
+void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
+  Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
+  if (load == nullptr || !load->slots.frame_open()) return;  // a discarded frame
+  load->slots.EndFrame();
+  if (load->deferred_failure) {
+    std::string reason = std::move(*load->deferred_failure);
+    load->deferred_failure.reset();
+    impl_->Emit(*load, false, std::move(reason));
+  }
+  if (load->retire_after_frame) impl_->Retire(message.round_seq);
+}
+
+void ClientRole::OnTick() {
+  const TimePoint now = impl_->clock();
+  auto& deadlines = impl_->deadlines;
+  while (!deadlines.empty() && deadlines.begin()->first <= now) {
+    const RoundSeq round = deadlines.begin()->second;
+    deadlines.erase(deadlines.begin());
+    impl_->FireDeadline(round, now);
+  }
+}
+
+std::optional<TimePoint> ClientRole::NextDeadline() const {
+  if (impl_->deadlines.empty()) return std::nullopt;
+  return impl_->deadlines.begin()->first;
+}
+
+std::vector<JobResult> ClientRole::TakeResults() { return std::exchange(impl_->results, {}); }
+
+ClientCloseResult ClientRole::Close(const std::string& reason) {
+  ClientCloseResult out;
+  if (impl_->closed) return out;
+  impl_->closed = true;
+  // The daemon has closed the socket, so no payload lands after this: loads
+  // with a deferred result can be reported now, like those in flight.
+  for (const auto& [round, load] : impl_->loads) {
+    if (load.owes_result()) out.failed_loads.push_back(JobResult{load.job_id, load.kv_request_id, false, reason});
+  }
+  for (const auto& [kv, st] : impl_->requests) {
+    if (impl_->OwesEngine(st)) out.failed_request_ids.push_back(kv);
+  }
+  std::sort(out.failed_loads.begin(), out.failed_loads.end(),
+            [](const JobResult& a, const JobResult& b) { return a.job_id < b.job_id; });
+  std::sort(out.failed_request_ids.begin(), out.failed_request_ids.end());
+  impl_->requests.clear();
+  impl_->flush_pending.clear();
+  impl_->loads.clear();
+  impl_->deadlines.clear();
+  impl_->jobs_owing.clear();
+  return out;
+}
+
+bool ClientRole::HasActiveLoads() const { return !impl_->loads.empty(); }
+
+size_t ClientRole::LoadsInFlight() const { return impl_->jobs_owing.size(); }
+
+size_t ClientRole::TrackedRequests() const { return impl_->requests.size(); }
+
+}  // namespace kvpeer::session
