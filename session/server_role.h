@@ -76,6 +76,9 @@ class ServerRole {
   // REQUIRES: every frame produced earlier has been written, so that
   // transfer_done follows its round's data on the wire.
   bool ProduceDataFrame();
+  // Also true while store results wait for the last produced data frame to
+  // be written (a result frees the engine's slots): the next pull, after
+  // that write, releases them and may send nothing.
   bool HasDataToSend() const;
 
   // Fires store timeouts.
@@ -93,6 +96,9 @@ class ServerRole {
   std::vector<JobResult> Close(const std::string& reason);
 
   size_t RoundsServing() const;
+  // Request ids with any state left (rounds or unbound supply); 0 once
+  // everything has ended. For tests and status.
+  size_t TrackedRequests() const;
 
  private:
   struct Impl;

@@ -1,0 +1,42 @@
+#include "session/outbound_round.h"
+
+#include <algorithm>
+
+namespace kvpeer::session {
+
+bool OutboundRound::AddSymmetricDemand(const std::vector<protocol::Key>& keys,
+                                       const std::vector<protocol::BlockIndex>& dests) {
+  has_demand = true;
+  std::map<protocol::Key, PinRef> pins = std::move(probed);
+  probed.clear();
+  const bool all_probed =
+      std::all_of(keys.begin(), keys.end(), [&](const protocol::Key& key) { return pins.contains(key); });
+  if (!all_probed) return false;
+  for (size_t i = 0; i < keys.size(); ++i) queue.push_back(QueuedBlock{dests[i], pins.at(keys[i]), std::nullopt});
+  return true;
+}
+
+void OutboundRound::AddPdDemand(const std::vector<protocol::Key>& keys,
+                                const std::vector<protocol::BlockIndex>& dests) {
+  has_demand = true;
+  for (size_t i = 0; i < keys.size(); ++i) unmatched[keys[i]].push_back(dests[i]);
+}
+
+size_t OutboundRound::Offer(const protocol::Key& key, const PinRef& pin, std::optional<JobId> job) {
+  auto it = unmatched.find(key);
+  if (it == unmatched.end()) return 0;
+  for (protocol::BlockIndex dest : it->second) queue.push_back(QueuedBlock{dest, pin, job});
+  const size_t queued = it->second.size();
+  unmatched.erase(it);
+  return queued;
+}
+
+std::vector<QueuedBlock> OutboundRound::TakeBatch(size_t max_blocks) {
+  const size_t count = std::min(queue.size(), std::max<size_t>(max_blocks, 1));
+  std::vector<QueuedBlock> batch(std::make_move_iterator(queue.begin()),
+                                 std::make_move_iterator(queue.begin() + static_cast<std::ptrdiff_t>(count)));
+  queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(count));
+  return batch;
+}
+
+}  // namespace kvpeer::session

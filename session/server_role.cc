@@ -1,0 +1,456 @@
+#include "session/server_role.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "protocol/limits.h"
+#include "session/abort_tombstones.h"
+#include "session/outbound_round.h"
+#include "session/store_ledger.h"
+
+namespace kvpeer::session {
+namespace {
+
+using protocol::Key;
+using protocol::RoundSeq;
+using RoundKey = std::pair<std::string, RoundSeq>;
+
+std::string RoundName(const RoundKey& key) {
+  return "kv_request_id " + key.first + " round " + std::to_string(key.second);
+}
+
+std::string Seconds(Duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count()) + " s";
+}
+
+// Everything the role holds for one kv_request_id; pruned when empty.
+struct RequestState {
+  std::map<RoundSeq, OutboundRound> rounds;
+  // Store jobs that no round of this request demanded yet, oldest first. The
+  // next disaggregated-prefill fetch adopts those it demands (E30), whatever
+  // its round (E59).
+  std::vector<JobId> unbound;
+  // The producer finished the request. A PD round created later inherits
+  // `finishing`, so a fetch that comes after the finish ends once its
+  // matched blocks are out (E46) instead of waiting for supply that the
+  // finished request will never store.
+  bool finishing = false;
+};
+
+}  // namespace
+
+struct ServerRole::Impl {
+  Impl(std::string peer, ServerConfig cfg, Clock clk, SendFn snd, BlockIndex& idx)
+      : peer_id(std::move(peer)), config(cfg), clock(std::move(clk)), send(std::move(snd)), index(idx) {}
+
+  std::string peer_id;
+  ServerConfig config;
+  Clock clock;
+  SendFn send;
+  BlockIndex& index;
+
+  std::map<std::string, RequestState> requests;
+  // Rounds with queued blocks in round-robin order: exactly the rounds whose
+  // `scheduled` is set, so a pull never meets a stale entry.
+  std::deque<RoundKey> ready;
+  StoreLedger ledger;
+  AbortTombstones acked;
+  std::vector<std::string> new_fetch_ids;
+  std::set<std::string> new_fetch_set;  // de-duplicates new_fetch_ids
+  bool closed = false;
+  std::string close_reason;
+
+  OutboundRound* FindRound(const RoundKey& key) {
+    auto rit = requests.find(key.first);
+    if (rit == requests.end()) return nullptr;
+    auto it = rit->second.rounds.find(key.second);
+    return it == rit->second.rounds.end() ? nullptr : &it->second;
+  }
+
+  void Schedule(const RoundKey& key, OutboundRound& round) {
+    if (round.scheduled || round.queue.empty()) return;
+    ready.push_back(key);
+    round.scheduled = true;
+  }
+
+  void Prune(const std::string& kv) {
+    auto it = requests.find(kv);
+    if (it != requests.end() && it->second.rounds.empty() && it->second.unbound.empty()) requests.erase(it);
+  }
+
+  void NoteNewFetch(const std::string& kv) {
+    if (new_fetch_set.insert(kv).second) new_fetch_ids.push_back(kv);
+  }
+
+  bool Probe(OutboundRound& round, const Key& key);
+  void ServeSymmetric(const RoundKey& key, OutboundRound& round, const protocol::Fetch& message);
+  void ServePd(RequestState& request, const RoundKey& key, const protocol::Fetch& message);
+  void CloseRequest(const std::string& kv);
+  bool TryBind(RequestState& request, const std::string& kv, JobId id, StoreLedger::Job& job);
+  void OnBlockSent(JobId id);
+  void SettleIfIdle(JobId id);
+  void EndRound(RoundKey key, bool success, const std::string& reason, bool send_done);
+  void EndIfStalled(const RoundKey& key);
+  void Expire(JobId id);
+  size_t MaxBlocksPerFrame() const;
+};
+
+// ---- lookups ---------------------------------------------------------------
+
+// Answers one distinct key. Before the round's fetch a hit stays pinned in
+// the round, so the block the peer was promised cannot change before it is
+// sent. After the fetch the demand is final, so a pin parked now could never
+// be used: the hit is only reported.
+bool ServerRole::Impl::Probe(OutboundRound& round, const Key& key) {
+  if (round.has_demand) return index.PinIfPublished(key) != nullptr;
+  if (round.probed.contains(key)) return true;
+  PinRef pin = index.PinIfPublished(key);
+  if (!pin) return false;
+  round.probed.emplace(key, std::move(pin));
+  return true;
+}
+
+void ServerRole::OnLookup(const protocol::Lookup& message) {
+  Impl& s = *impl_;
+  if (s.closed || message.keys.empty()) return;
+  RequestState& request = s.requests[message.kv_request_id];
+  auto [it, created] = request.rounds.try_emplace(message.round_seq);
+  OutboundRound& round = it->second;
+  // Kept even when every key missed: a fetch of this round then fails at once
+  // (E34) instead of waiting like a disaggregated-prefill round would.
+  if (created) round.lookup_supplied = true;
+
+  protocol::LookupResp response{message.kv_request_id, message.keys, {}, message.round_seq};
+  std::map<Key, bool> answers;  // each distinct key is probed (and pinned) once
+  for (const Key& key : message.keys) {
+    auto [answer, fresh] = answers.try_emplace(key, false);
+    if (fresh) answer->second = s.Probe(round, key);
+    response.hits.push_back(answer->second);
+  }
+  s.send(OutFrame{std::move(response), {}});
+}
+
+// ---- fetches ---------------------------------------------------------------
+
+Status ServerRole::OnFetch(const protocol::Fetch& message) {
+  Impl& s = *impl_;
+  if (s.closed) return Status::Ok();
+  if (message.keys.empty()) {
+    s.CloseRequest(message.kv_request_id);
+    return Status::Ok();
+  }
+  const RoundKey key{message.kv_request_id, message.round_seq};
+  // A fetch after its round's abort_ack would earn a second terminal. A
+  // correct consumer cannot send one (its abort follows its fetch), so it is
+  // dropped rather than served.
+  if (s.acked.Contains(key)) return Status::Ok();
+  RequestState& request = s.requests[message.kv_request_id];
+  auto it = request.rounds.find(message.round_seq);
+  if (it != request.rounds.end() && it->second.has_demand) {
+    return Status::Violation("duplicate fetch for " + RoundName(key));
+  }
+  s.NoteNewFetch(message.kv_request_id);
+  // A round without demand exists only because lookups created it.
+  if (it != request.rounds.end()) {
+    s.ServeSymmetric(key, it->second, message);
+  } else {
+    s.ServePd(request, key, message);
+  }
+  return Status::Ok();
+}
+
+void ServerRole::Impl::ServeSymmetric(const RoundKey& key, OutboundRound& round, const protocol::Fetch& message) {
+  if (!round.AddSymmetricDemand(message.keys, message.block_indexes)) {
+    // A key the lookup did not pin can never be supplied: fail now rather
+    // than make the consumer wait for its load timeout (E34).
+    EndRound(key, false, {}, /*send_done=*/true);
+    return;
+  }
+  Schedule(key, round);
+}
+
+void ServerRole::Impl::ServePd(RequestState& request, const RoundKey& key, const protocol::Fetch& message) {
+  OutboundRound& round = request.rounds[key.second];
+  round.AddPdDemand(message.keys, message.block_indexes);
+  round.finishing = request.finishing;
+  std::erase_if(request.unbound, [&](JobId id) {
+    StoreLedger::Job* job = ledger.Find(id);  // `unbound` lists open jobs only
+    return job && TryBind(request, key.first, id, *job);
+  });
+  EndIfStalled(key);
+}
+
+// The terminal empty fetch: the consumer is done with this request. Rounds
+// with demand are left alone: each has its own terminal still to come, and a
+// round still sending keeps its pins until its blocks are out (E60). Only
+// what waits for a fetch that will now never come is released.
+void ServerRole::Impl::CloseRequest(const std::string& kv) {
+  acked.EraseRequest(kv);
+  auto rit = requests.find(kv);
+  if (rit == requests.end()) return;
+  std::vector<JobId> unbound = std::move(rit->second.unbound);
+  rit->second.unbound.clear();
+  std::vector<RoundSeq> idle;
+  for (const auto& [seq, round] : rit->second.rounds) {
+    if (!round.has_demand) idle.push_back(seq);
+  }
+  for (JobId id : unbound) ledger.Fail(id, "peer ended kv_request_id " + kv + " without fetching these blocks");
+  for (RoundSeq seq : idle) EndRound({kv, seq}, false, {}, /*send_done=*/false);
+  Prune(kv);
+}
+
+// ---- supply ----------------------------------------------------------------
+
+void ServerRole::AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                           std::vector<PinRef> blocks) {
+  Impl& s = *impl_;
+  const auto reject = [&](std::string why) { s.ledger.Record(JobResult{job_id, kv_request_id, false, std::move(why)}); };
+  if (s.closed) return reject(s.close_reason);
+  if (keys.size() != blocks.size()) return reject("store has " + std::to_string(keys.size()) + " keys but " +
+                                                  std::to_string(blocks.size()) + " blocks");
+  if (std::any_of(blocks.begin(), blocks.end(), [](const PinRef& pin) { return !pin; })) {
+    return reject("store has a block that is not pinned");
+  }
+  if (s.ledger.IsOpen(job_id)) return reject("store job id " + std::to_string(job_id) + " is already in use");
+  if (keys.empty()) {
+    s.ledger.Record(JobResult{job_id, kv_request_id, true, {}});  // nothing to deliver
+    return;
+  }
+  StoreLedger::Job& job = s.ledger.Open(job_id, kv_request_id, s.clock() + s.config.store_timeout);
+  std::set<Key> seen;  // a key stored twice in one job is one block to offer
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (seen.insert(keys[i]).second) job.parked.emplace_back(std::move(keys[i]), std::move(blocks[i]));
+  }
+  RequestState& request = s.requests[kv_request_id];
+  // Supply that no open round waits for stays unbound for the next fetch,
+  // whatever its round (E59).
+  if (!s.TryBind(request, kv_request_id, job_id, job)) request.unbound.push_back(job_id);
+}
+
+// Offers each block of the job to the oldest open disaggregated-prefill
+// round still waiting for its key, so one job can serve several rounds.
+// If any round took a block the job is bound: the blocks nobody waits for
+// are dropped (the open rounds' demand is final, and the job is not held
+// back for fetches that may never come), and it stops timing out (its
+// blocks now leave with their rounds, which end by their own terminals).
+// Otherwise nothing changes and the job keeps waiting.
+bool ServerRole::Impl::TryBind(RequestState& request, const std::string& kv, JobId id, StoreLedger::Job& job) {
+  for (const auto& [block_key, pin] : job.parked) {
+    for (auto& [seq, round] : request.rounds) {
+      if (round.lookup_supplied || !round.has_demand) continue;
+      const size_t queued = round.Offer(block_key, pin, id);
+      if (queued == 0) continue;
+      job.queued += queued;
+      Schedule({kv, seq}, round);
+      break;
+    }
+  }
+  if (job.queued == 0) return false;
+  job.bound = true;
+  job.parked.clear();
+  ledger.StopTimer(id);
+  return true;
+}
+
+void ServerRole::Impl::OnBlockSent(JobId id) {
+  StoreLedger::Job* job = ledger.Find(id);
+  if (!job) return;
+  --job->queued;
+  ++job->sent;
+  SettleIfIdle(id);
+}
+
+// A bound job with nothing left in any queue can change no more, and no
+// round reads its slots any more: it succeeds if every block taken from it
+// was sent. Settling only now (not when a round first loses its blocks)
+// keeps its other rounds' blocks valid until they are out.
+void ServerRole::Impl::SettleIfIdle(JobId id) {
+  StoreLedger::Job* job = ledger.Find(id);
+  if (!job || !job->bound || job->queued > 0) return;
+  if (job->lost.empty()) {
+    ledger.Succeed(id);
+  } else {
+    ledger.Fail(id, job->lost);
+  }
+}
+
+// ---- ending rounds ---------------------------------------------------------
+
+// The only place a round ends. It is removed from the map before anything
+// else happens and every caller finds it by key, so a second trigger for
+// the same round finds nothing: a round ends exactly once (E57).
+void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& reason, bool send_done) {
+  auto rit = requests.find(key.first);
+  if (rit == requests.end()) return;
+  auto it = rit->second.rounds.find(key.second);
+  if (it == rit->second.rounds.end()) return;
+  OutboundRound round = std::move(it->second);
+  rit->second.rounds.erase(it);
+  if (round.scheduled) std::erase(ready, key);
+  const std::string why = reason.empty() ? RoundName(key) + " failed" : reason;
+  std::set<JobId> touched;
+  for (const QueuedBlock& block : round.queue) {
+    StoreLedger::Job* job = block.job ? ledger.Find(*block.job) : nullptr;
+    if (!job) continue;
+    --job->queued;
+    if (job->lost.empty()) job->lost = why;
+    touched.insert(*block.job);
+  }
+  round.queue.clear();  // no settled job's slot may be read after this
+  for (JobId id : touched) SettleIfIdle(id);
+  if (send_done && round.has_demand) send(OutFrame{protocol::TransferDone{key.first, success, key.second}, {}});
+  Prune(key.first);
+  // `round` dies here with its remaining pins; frames already produced hold
+  // their own references until they are written.
+}
+
+// A finishing round with nothing queued will get no more supply: it ends
+// now, successful only if every demanded block went out (E44-E46).
+void ServerRole::Impl::EndIfStalled(const RoundKey& key) {
+  OutboundRound* round = FindRound(key);
+  if (!round || !round->finishing || !round->queue.empty()) return;
+  EndRound(key, round->Complete(), RoundName(key) + " ended: the producer finished with demand unmet", true);
+}
+
+void ServerRole::Finish(const std::string& kv_request_id) {
+  Impl& s = *impl_;
+  auto rit = s.requests.find(kv_request_id);
+  if (s.closed || rit == s.requests.end()) return;
+  rit->second.finishing = true;
+  std::vector<RoundSeq> serving;
+  // Rounds without demand are left for their fetch (prefiller first).
+  for (auto& [seq, round] : rit->second.rounds) {
+    if (!round.has_demand) continue;
+    round.finishing = true;
+    serving.push_back(seq);
+  }
+  for (RoundSeq seq : serving) s.EndIfStalled({kv_request_id, seq});
+}
+
+void ServerRole::OnAbortFetch(const protocol::AbortFetch& message) {
+  Impl& s = *impl_;
+  const RoundKey key{message.kv_request_id, message.round_seq};
+  if (s.closed || s.acked.Contains(key)) return;  // one ack per round (E42)
+  // abort_ack is the round's terminal, so no transfer_done. A frame already
+  // produced is ahead of the ack on the wire and the consumer discards it.
+  s.EndRound(key, false, RoundName(key) + " aborted by the peer", /*send_done=*/false);
+  s.send(OutFrame{protocol::AbortAck{message.kv_request_id, message.round_seq}, {}});
+  s.acked.Insert(key);
+}
+
+// ---- data frames -----------------------------------------------------------
+
+size_t ServerRole::Impl::MaxBlocksPerFrame() const {
+  const uint64_t block_len = std::max<uint64_t>(config.block_len, 1);
+  const uint64_t payload = std::min(config.max_frame_payload, protocol::kMaxPayloadLen);
+  const uint64_t blocks = std::min<uint64_t>(payload / block_len, protocol::kMaxListItems);
+  return static_cast<size_t>(std::max<uint64_t>(blocks, 1));
+}
+
+bool ServerRole::ProduceDataFrame() {
+  Impl& s = *impl_;
+  if (s.closed) return false;
+  // REQUIRES of this call: the previous data frame has been written, so the
+  // results decided since then no longer guard unwritten bytes.
+  s.ledger.OnFrameWritten();
+  if (s.ready.empty()) return false;
+  const RoundKey key = std::move(s.ready.front());
+  s.ready.pop_front();
+  OutboundRound& round = *s.FindRound(key);  // `ready` lists live rounds only
+  round.scheduled = false;
+
+  std::vector<QueuedBlock> batch = round.TakeBatch(s.MaxBlocksPerFrame());
+  protocol::BlockData data{key.first, key.second, {}};
+  OutFrame frame;
+  for (const QueuedBlock& block : batch) {
+    data.block_indexes.push_back(block.dest);
+    frame.blocks.push_back(block.pin);
+  }
+  frame.message = std::move(data);
+  s.send(std::move(frame));
+  s.ledger.OnFrameProduced();
+  for (const QueuedBlock& block : batch) {
+    if (block.job) s.OnBlockSent(*block.job);
+  }
+  if (!round.queue.empty()) {
+    s.Schedule(key, round);  // to the back: rounds take turns
+  } else if (round.Complete()) {
+    // transfer_done goes right behind the round's last block_data: the
+    // SendFn writes frames in the order they are sent (session_types.h), so
+    // the data precedes it on the wire.
+    s.EndRound(key, true, {}, /*send_done=*/true);
+  } else {
+    s.EndIfStalled(key);
+  }
+  return true;
+}
+
+bool ServerRole::HasDataToSend() const {
+  const Impl& s = *impl_;
+  // Held results need one more pull (after the write) to be released.
+  return !s.closed && (!s.ready.empty() || s.ledger.HasHeldResults());
+}
+
+// ---- timers, results, close ------------------------------------------------
+
+// Only unbound jobs time out (TryBind stops the timer of a bound one).
+void ServerRole::Impl::Expire(JobId id) {
+  StoreLedger::Job* job = ledger.Find(id);
+  if (!job) return;
+  const std::string kv = job->kv_request_id;
+  ledger.Fail(id, "store job " + std::to_string(id) + " for kv_request_id " + kv + ": not fetched within " +
+                      Seconds(config.store_timeout));
+  std::erase(requests[kv].unbound, id);
+  Prune(kv);
+}
+
+void ServerRole::OnTick() {
+  Impl& s = *impl_;
+  if (s.closed) return;
+  for (JobId id : s.ledger.Expired(s.clock())) s.Expire(id);
+}
+
+std::optional<TimePoint> ServerRole::NextDeadline() const { return impl_->ledger.NextDeadline(); }
+
+std::vector<JobResult> ServerRole::TakeStoreResults() { return impl_->ledger.TakeResults(); }
+
+std::vector<std::string> ServerRole::TakeNewFetchIds() {
+  Impl& s = *impl_;
+  std::vector<std::string> ids = std::move(s.new_fetch_ids);
+  s.new_fetch_ids.clear();
+  s.new_fetch_set.clear();
+  return ids;
+}
+
+// Results decided before the close (even those held for an unwritten frame)
+// are returned too, so no job is left without one (E58). The caller stops
+// the writer before handing them to engines.
+std::vector<JobResult> ServerRole::Close(const std::string& reason) {
+  Impl& s = *impl_;
+  if (s.closed) return s.ledger.TakeResults();
+  s.closed = true;
+  s.close_reason = reason;
+  s.requests.clear();  // drops every round's pins
+  s.ready.clear();
+  return s.ledger.CloseAll(reason);
+}
+
+size_t ServerRole::RoundsServing() const {
+  size_t serving = 0;
+  for (const auto& [kv, request] : impl_->requests) {
+    for (const auto& [seq, round] : request.rounds) serving += round.has_demand ? 1 : 0;
+  }
+  return serving;
+}
+
+size_t ServerRole::TrackedRequests() const { return impl_->requests.size(); }
+
+ServerRole::ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, BlockIndex& index)
+    : impl_(std::make_unique<Impl>(std::move(peer_id), config, std::move(clock), std::move(send), index)) {}
+
+ServerRole::~ServerRole() = default;
+
+}  // namespace kvpeer::session
