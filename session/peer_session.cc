@@ -1,0 +1,416 @@
+#include "session/peer_session.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <deque>
+#include <iterator>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "protocol/codec.h"
+#include "protocol/limits.h"
+#include "session/handshake.h"
+
+namespace kvpeer::session {
+
+namespace {
+
+// The wire caps a disconnect reason at 4096 characters; a role's violation
+// message may quote peer input of any length.
+std::string CapReason(const std::string& reason) {
+  if (reason.size() <= protocol::kMaxStringChars) return reason;
+  size_t cut = protocol::kMaxStringChars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xC0) == 0x80) --cut;
+  return reason.substr(0, cut) + "...";
+}
+
+std::string FormatDuration(Duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms) + " ms";
+}
+
+// Used when the config brings no token source: nonces must be unpredictable,
+// so they come from OpenSSL's CSPRNG.
+std::string RandomToken() {
+  unsigned char bytes[protocol::kTokenHexDigits / 2];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) std::fill(std::begin(bytes), std::end(bytes), 0x5a);
+  return protocol::ToHex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
+}
+
+template <typename T>
+void Append(std::vector<T>& to, std::vector<T> from) {
+  to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+}
+
+// Messages that belong to the roles and so only make sense after the handshake.
+template <typename T>
+constexpr bool kIsRoleMessage =
+    std::is_same_v<T, protocol::Lookup> || std::is_same_v<T, protocol::LookupResp> ||
+    std::is_same_v<T, protocol::Fetch> || std::is_same_v<T, protocol::TransferDone> ||
+    std::is_same_v<T, protocol::AbortFetch> || std::is_same_v<T, protocol::AbortAck>;
+
+HandshakeSettings ToHandshakeSettings(const SessionConfig& config, const std::string& expected_peer_id) {
+  return {config.local_id, config.block_len, config.config_fingerprint, config.hash_seed,
+          config.epoch,    config.psk,       expected_peer_id};
+}
+
+}  // namespace
+
+struct PeerSession::Impl {
+  Impl(SessionConfig config_in, Clock clock_in, SendFn send_in, BlockIndex& index, std::string expected)
+      : config(std::move(config_in)),
+        clock(std::move(clock_in)),
+        send(std::move(send_in)),
+        expected_peer_id(std::move(expected)),
+        handshake(ToHandshakeSettings(config, expected_peer_id)),
+        peer_id(expected_peer_id) {
+    if (!config.random_token) config.random_token = RandomToken;
+    const std::string label = expected_peer_id.empty() ? "(accepted connection)" : expected_peer_id;
+    ServerConfig server_config = config.server;
+    server_config.block_len = config.block_len;
+    // The roles' frames go through the gate; `this` outlives both roles.
+    client = std::make_unique<ClientRole>(label, config.client, clock, [this](OutFrame f) { GatedSend(std::move(f)); });
+    server = std::make_unique<ServerRole>(label, server_config, clock, [this](OutFrame f) { GatedSend(std::move(f)); },
+                                          index);
+  }
+
+  void Start();
+  Status Dispatch(const protocol::Message& message);
+  Status Handle(const protocol::Connect& message);
+  Status Handle(const protocol::ConnectAck& message);
+  Status Handle(const protocol::Disconnect& message);
+  Status Handle(const protocol::Ping& message);
+  Status Handle(const protocol::Pong& message);
+  Status Handle(const protocol::Lookup& message);
+  Status Handle(const protocol::LookupResp& message);
+  Status Handle(const protocol::Fetch& message);
+  Status Handle(const protocol::BlockData& message);
+  Status Handle(const protocol::TransferDone& message);
+  Status Handle(const protocol::AbortFetch& message);
+  Status Handle(const protocol::AbortAck& message);
+  Status Handle(const protocol::Unknown& message);
+  Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
+  void OnTick();
+  std::optional<TimePoint> NextDeadline() const;
+  void Close(const std::string& reason, bool notify_peer);
+  SessionResults TakeResults();
+
+  void GatedSend(OutFrame frame);
+  void DirectSend(protocol::Message message);
+  void DirectSend(OutFrame frame);
+  Status Fail(Status status);
+  Status MaybeReady();
+  void Received() { last_receive = clock(); }
+
+  SessionConfig config;
+  Clock clock;
+  SendFn send;
+  std::string expected_peer_id;
+  Handshake handshake;
+  std::string peer_id;
+  State state = State::kHandshaking;
+  bool started = false;
+  // Role frames sent before ready, flushed in order once ready.
+  std::deque<OutFrame> queued;
+  std::string close_reason;
+  SessionCounters counters;
+  std::optional<Duration> rtt;
+  TimePoint started_at{};
+  TimePoint last_send{};
+  TimePoint last_receive{};
+  // The nonce of the ping whose pong we are waiting for, if any.
+  std::optional<std::string> ping_nonce;
+  TimePoint ping_sent_at{};
+  // Results that can no longer come from the roles (Close, supply after
+  // close), handed out by the next TakeResults.
+  SessionResults closed_results;
+  std::unique_ptr<ClientRole> client;
+  std::unique_ptr<ServerRole> server;
+};
+
+void PeerSession::Impl::Start() {
+  if (started || state == State::kClosed) return;
+  started = true;
+  const TimePoint now = clock();
+  started_at = now;
+  last_receive = now;
+  // connect bypasses the gate: it is what opens the gate.
+  DirectSend(protocol::Message(handshake.MakeConnect(config.random_token())));
+}
+
+void PeerSession::Impl::GatedSend(OutFrame frame) {
+  // After close the work behind a frame has already failed; dropping it is
+  // what the peer expects from a dead connection.
+  if (state == State::kClosed) return;
+  if (state == State::kHandshaking) {
+    queued.push_back(std::move(frame));
+    return;
+  }
+  DirectSend(std::move(frame));
+}
+
+void PeerSession::Impl::DirectSend(protocol::Message message) { DirectSend(OutFrame{std::move(message), {}}); }
+
+void PeerSession::Impl::DirectSend(OutFrame frame) {
+  ++counters.frames_sent;
+  last_send = clock();  // any frame, data included, makes a ping unnecessary
+  send(std::move(frame));
+}
+
+Status PeerSession::Impl::Fail(Status status) {
+  Close(status.message(), /*notify_peer=*/true);
+  return status;
+}
+
+Status PeerSession::Impl::MaybeReady() {
+  if (state != State::kHandshaking || !handshake.complete()) return Status::Ok();
+  state = State::kReady;
+  std::deque<OutFrame> pending = std::move(queued);
+  queued.clear();
+  for (OutFrame& frame : pending) DirectSend(std::move(frame));
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Dispatch(const protocol::Message& message) {
+  if (state == State::kClosed) return Status::Unavailable("session closed: " + close_reason);
+  // Answering a connect before sending ours would put the ack first on the wire.
+  Start();
+  ++counters.frames_received;
+  Received();
+  return std::visit(
+      [this](const auto& m) -> Status {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (kIsRoleMessage<T>) {
+          if (state != State::kReady)
+            return Fail(Status::Violation(std::string(protocol::TypeName(protocol::Message(m))) + " before handshake"));
+        }
+        return Handle(m);
+      },
+      message);
+}
+
+Status PeerSession::Impl::Handle(const protocol::Connect& message) {
+  protocol::ConnectAck ack;
+  if (Status s = handshake.OnConnect(message, &ack); !s.ok()) return Fail(s);
+  if (expected_peer_id.empty()) peer_id = message.peer_id;
+  // Answered at once, whether or not the peer's ack has arrived (spec 4.2).
+  DirectSend(protocol::Message(std::move(ack)));
+  return MaybeReady();
+}
+
+Status PeerSession::Impl::Handle(const protocol::ConnectAck& message) {
+  if (Status s = handshake.OnConnectAck(message); !s.ok()) return Fail(s);
+  return MaybeReady();
+}
+
+Status PeerSession::Impl::Handle(const protocol::Disconnect& message) {
+  std::string reason = "peer disconnected";
+  if (message.reason) reason += ": " + *message.reason;
+  Close(reason, /*notify_peer=*/false);  // the peer has gone; answering is pointless
+  return Status::Unavailable(reason);
+}
+
+Status PeerSession::Impl::Handle(const protocol::Ping& message) {
+  // Answered directly, also during the handshake: liveness is not role traffic.
+  DirectSend(protocol::Message(protocol::Pong{message.nonce}));
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::Pong& message) {
+  // A pong for an older ping (superseded by a newer one) measures nothing.
+  if (ping_nonce && *ping_nonce == message.nonce) {
+    rtt = clock() - ping_sent_at;
+    ping_nonce.reset();
+  }
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::Lookup& message) {
+  server->OnLookup(message);
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::Fetch& message) {
+  if (Status s = server->OnFetch(message); !s.ok()) return Fail(s);
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::AbortFetch& message) {
+  server->OnAbortFetch(message);
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::LookupResp& message) {
+  client->OnLookupResp(message);
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::TransferDone& message) {
+  if (Status s = client->OnTransferDone(message); !s.ok()) return Fail(s);
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::AbortAck& message) {
+  if (Status s = client->OnAbortAck(message); !s.ok()) return Fail(s);
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::Handle(const protocol::BlockData&) {
+  // The payload needs a destination plan; only OnBlockDataHeader can give one.
+  return Fail(Status::Internal("block_data passed to OnMessage instead of OnBlockDataHeader"));
+}
+
+Status PeerSession::Impl::Handle(const protocol::Unknown&) {
+  // Forward compatibility (spec section 2): newer peers may send types we lack.
+  ++counters.unknown_types;
+  return Status::Ok();
+}
+
+Status PeerSession::Impl::OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan) {
+  if (state == State::kClosed) return Status::Unavailable("session closed: " + close_reason);
+  ++counters.frames_received;
+  Received();
+  if (state != State::kReady) return Fail(Status::Violation("block_data before handshake"));
+  if (Status s = client->OnBlockDataHeader(message, plan); !s.ok()) return Fail(s);
+  return Status::Ok();
+}
+
+void PeerSession::Impl::OnTick() {
+  if (state == State::kClosed || !started) return;
+  const TimePoint now = clock();
+  if (state == State::kHandshaking && now - started_at >= config.handshake_timeout) {
+    Close("handshake timed out", /*notify_peer=*/true);
+    return;
+  }
+  if (now - last_receive >= config.liveness_timeout) {
+    Close("peer silent for " + FormatDuration(config.liveness_timeout), /*notify_peer=*/true);
+    return;
+  }
+  if (now - last_send >= config.ping_interval) {
+    ping_nonce = config.random_token();
+    ping_sent_at = now;
+    DirectSend(protocol::Message(protocol::Ping{*ping_nonce}));
+  }
+  client->OnTick();
+  server->OnTick();
+}
+
+std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
+  if (state == State::kClosed || !started) return std::nullopt;
+  TimePoint next = std::min(last_receive + config.liveness_timeout, last_send + config.ping_interval);
+  if (state == State::kHandshaking) next = std::min(next, started_at + config.handshake_timeout);
+  for (const std::optional<TimePoint>& role : {client->NextDeadline(), server->NextDeadline()})
+    if (role) next = std::min(next, *role);
+  return next;
+}
+
+void PeerSession::Impl::Close(const std::string& reason, bool notify_peer) {
+  if (state == State::kClosed) return;
+  // Results the roles already hold are collected first, so the roles' Close
+  // reports only what is still open and no job is reported twice.
+  Append(closed_results.loads, client->TakeResults());
+  Append(closed_results.stores, server->TakeStoreResults());
+  Append(closed_results.new_fetch_ids, server->TakeNewFetchIds());
+  if (notify_peer) DirectSend(protocol::Message(protocol::Disconnect{CapReason(reason)}));
+  state = State::kClosed;
+  close_reason = reason.empty() ? "closed" : reason;
+  queued.clear();  // their work fails below
+  ping_nonce.reset();
+  ClientCloseResult client_result = client->Close(close_reason);
+  Append(closed_results.loads, std::move(client_result.failed_loads));
+  Append(closed_results.failed_request_ids, std::move(client_result.failed_request_ids));
+  Append(closed_results.stores, server->Close(close_reason));
+}
+
+SessionResults PeerSession::Impl::TakeResults() {
+  SessionResults results = std::move(closed_results);
+  closed_results = {};
+  if (state == State::kClosed) return results;
+  Append(results.loads, client->TakeResults());
+  Append(results.stores, server->TakeStoreResults());
+  Append(results.new_fetch_ids, server->TakeNewFetchIds());
+  return results;
+}
+
+// ---------------------------------------------------------------------------
+
+PeerSession::PeerSession(SessionConfig config, Clock clock, SendFn send, BlockIndex& index,
+                         std::string expected_peer_id)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(clock), std::move(send), index,
+                                   std::move(expected_peer_id))) {}
+
+PeerSession::~PeerSession() = default;
+
+void PeerSession::Start() { impl_->Start(); }
+PeerSession::State PeerSession::state() const { return impl_->state; }
+bool PeerSession::dialled_locally() const { return !impl_->expected_peer_id.empty(); }
+const std::optional<protocol::Connect>& PeerSession::peer_connect() const { return impl_->handshake.peer_connect(); }
+const std::string& PeerSession::peer_id() const { return impl_->peer_id; }
+const std::string& PeerSession::close_reason() const { return impl_->close_reason; }
+const SessionCounters& PeerSession::counters() const { return impl_->counters; }
+std::optional<Duration> PeerSession::rtt() const { return impl_->rtt; }
+
+Status PeerSession::OnMessage(const protocol::Message& message) { return impl_->Dispatch(message); }
+
+Status PeerSession::OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan) {
+  return impl_->OnBlockDataHeader(message, plan);
+}
+
+void PeerSession::OnBlockDataComplete(const protocol::BlockData& message) {
+  // After close the load has already failed; its slots are no longer ours to report on.
+  if (impl_->state == State::kClosed) return;
+  impl_->Received();  // a long payload is traffic too
+  impl_->client->OnBlockDataComplete(message);
+}
+
+void PeerSession::OnTick() { impl_->OnTick(); }
+std::optional<TimePoint> PeerSession::NextDeadline() const { return impl_->NextDeadline(); }
+
+bool PeerSession::ProduceDataFrame() { return ready() && impl_->server->ProduceDataFrame(); }
+bool PeerSession::HasDataToSend() const { return ready() && impl_->server->HasDataToSend(); }
+
+ProbeAnswer PeerSession::RegisterLookup(const std::string& kv_request_id, const protocol::Key& key) {
+  // A dead peer holds nothing: the engine recomputes (spec section 1).
+  if (impl_->state == State::kClosed) return ProbeAnswer::kMiss;
+  return impl_->client->RegisterLookup(kv_request_id, key);
+}
+
+size_t PeerSession::FlushPendingLookups() {
+  if (impl_->state == State::kClosed) return 0;
+  return impl_->client->FlushPendingLookups();
+}
+
+Status PeerSession::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                                  std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink) {
+  // Refused like any other invalid call: the caller learns it now and no
+  // result is owed for a job that never started.
+  if (impl_->state == State::kClosed) return Status::Unavailable("session closed: " + impl_->close_reason);
+  return impl_->client->RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_indexes),
+                                      std::move(sink));
+}
+
+void PeerSession::AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                            std::vector<PinRef> blocks) {
+  if (impl_->state == State::kClosed) {
+    // The job has no other way to end; its pins drop with `blocks`.
+    impl_->closed_results.stores.push_back({job_id, kv_request_id, false, "session closed: " + impl_->close_reason});
+    return;
+  }
+  impl_->server->AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
+}
+
+void PeerSession::Finish(const std::string& kv_request_id) {
+  if (impl_->state == State::kClosed) return;
+  impl_->client->Finish(kv_request_id);
+  impl_->server->Finish(kv_request_id);
+}
+
+SessionResults PeerSession::TakeResults() { return impl_->TakeResults(); }
+void PeerSession::Close(const std::string& reason, bool notify_peer) { impl_->Close(reason, notify_peer); }
+size_t PeerSession::LoadsInFlight() const { return impl_->client->LoadsInFlight(); }
+size_t PeerSession::RoundsServing() const { return impl_->server->RoundsServing(); }
+
+}  // namespace kvpeer::session

@@ -1,0 +1,86 @@
+// Helpers for the PeerSession tests: deterministic tokens, a node (region,
+// index, session) and a pair of nodes joined by a SessionPipe.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "session/peer_session.h"
+#include "tests/session/fakes.h"
+#include "tests/session/session_pipe.h"
+
+namespace kvpeer::session::testing {
+
+inline constexpr uint64_t kBlockLen = 64;
+inline constexpr uint32_t kNumBlocks = 64;
+
+// 32 hex digits from a counter: deterministic and never all zeros.
+inline std::string Token(uint64_t n) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", 0xfeedull, static_cast<unsigned long long>(n));
+  return buf;
+}
+
+inline std::function<std::string()> TokenSource(uint64_t first) {
+  auto next = std::make_shared<uint64_t>(first);
+  return [next] { return Token((*next)++); };
+}
+
+inline SessionConfig MakeConfig(const std::string& local_id, uint64_t epoch_seed) {
+  SessionConfig config;
+  config.local_id = local_id;
+  config.block_len = kBlockLen;
+  config.config_fingerprint = "fp-1";
+  config.hash_seed = "seed-0";
+  config.epoch = Token(epoch_seed);
+  config.random_token = TokenSource(epoch_seed * 1000 + 1);
+  return config;
+}
+
+struct TestNode {
+  TestNode(std::string node_id, uint64_t epoch_seed)
+      : id(std::move(node_id)),
+        config(MakeConfig(id, epoch_seed)),
+        region(std::make_shared<MemoryRegion>(kNumBlocks, kBlockLen)),
+        index(region) {}
+
+  std::string id;
+  SessionConfig config;
+  std::shared_ptr<MemoryRegion> region;
+  MemoryIndex index;
+  std::unique_ptr<PeerSession> session;
+};
+
+// A dials B. Sessions are built by Connect(), so tests can change the
+// configs first.
+struct SessionPair {
+  SessionPair() : a("node-a:7000", 1), b("node-b:7000", 2), pipe(kBlockLen) {}
+
+  void Connect() {
+    a.session = std::make_unique<PeerSession>(a.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kA), a.index,
+                                              b.id);
+    b.session = std::make_unique<PeerSession>(b.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kB), b.index);
+    pipe.Attach(SessionPipe::kA, a.session.get());
+    pipe.Attach(SessionPipe::kB, b.session.get());
+    a.session->Start();
+    b.session->Start();
+  }
+
+  void ConnectAndPump() {
+    Connect();
+    pipe.Pump();
+  }
+
+  void Tick() {
+    a.session->OnTick();
+    b.session->OnTick();
+  }
+
+  FakeClock clock;
+  TestNode a;
+  TestNode b;
+  SessionPipe pipe;
+};
+
+}  // namespace kvpeer::session::testing
