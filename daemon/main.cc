@@ -1,16 +1,36 @@
 // kvpeerd: the per-node KV-cache block transfer daemon.
-#include <cstring>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
 #include <iostream>
 
-#include "config/version.h"
+#include "config/settings.h"
+#include "daemon/daemon.h"
+
+namespace {
+
+void SetUpLogging(const kvpeer::config::Settings& settings) {
+  auto logger = spdlog::stderr_logger_st("kvpeerd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(settings.log_level));
+  // Under systemd, journald stamps every line itself.
+  if (std::getenv("JOURNAL_STREAM") != nullptr) {
+    spdlog::set_pattern("<%l> %v");
+  } else {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--version") == 0) {
-      std::cout << "kvpeerd " << kvpeer::kVersion << " (wire " << kvpeer::kWireVersion << ")\n";
-      return 0;
-    }
+  kvpeer::config::ParseResult parsed = kvpeer::config::ParseCommandLine(argc, argv);
+  if (!parsed.settings) {
+    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.message;
+    return parsed.exit_code;
   }
-  std::cerr << "kvpeerd: the daemon is not built yet; only --version is available\n";
-  return 2;
+  SetUpLogging(*parsed.settings);
+  kvpeer::daemon::Daemon daemon(std::move(*parsed.settings));
+  return daemon.Run();
 }

@@ -1,0 +1,29 @@
+// A one-shot client of kvpeerd's control socket (control-api.md section 1).
+//
+// Exchange() connects to the Unix socket, sends one NDJSON request line and
+// reads one response line. It distinguishes "the daemon could not be
+// reached or did not answer" (an Unreachable message written for the
+// operator: which path, what failed, what to check) from a parsed answer;
+// whether that answer is ok:true is the caller's concern.
+//
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <chrono>
+#include <string>
+
+namespace kvpeer::cli {
+
+struct ExchangeResult {
+  bool reached = false;          // false: `problem` says why; response is empty
+  std::string problem;           // e.g. "cannot reach kvpeerd at PATH: ... (is the daemon running?)"
+  boost::json::object response;  // the daemon's answer when reached
+};
+
+// Sends `request` (one JSON object, serialized on one line) over the socket
+// at `socket_path` and waits up to `timeout` for the answer line.
+ExchangeResult Exchange(const std::string& socket_path, const boost::json::object& request,
+                        std::chrono::seconds timeout);
+
+}  // namespace kvpeer::cli

@@ -1,0 +1,168 @@
+#include "cli/status_view.h"
+
+#include <algorithm>
+#include <boost/json/serialize.hpp>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+namespace kvpeer::cli {
+namespace {
+
+namespace json = boost::json;
+
+using Row = std::vector<std::string>;
+
+const json::value* Field(const json::object& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &it->value();
+}
+
+std::optional<uint64_t> AsCount(const json::value* value) {
+  if (value == nullptr) return std::nullopt;
+  if (value->is_uint64()) return value->as_uint64();
+  if (value->is_int64() && value->as_int64() >= 0) return static_cast<uint64_t>(value->as_int64());
+  if (value->is_double() && value->as_double() >= 0) return static_cast<uint64_t>(value->as_double());
+  return std::nullopt;
+}
+
+std::string Text(const json::value* value) {
+  if (value == nullptr || value->is_null()) return "-";
+  if (value->is_string()) return std::string(value->as_string());
+  return json::serialize(*value);
+}
+
+std::string Bytes(const json::value* value) {
+  std::optional<uint64_t> count = AsCount(value);
+  return count ? FormatBytes(*count) : Text(value);
+}
+
+// Prints rows under headers, each column as wide as its widest cell; the
+// last column is not padded so long last_error texts do not pad lines.
+void PrintTable(const Row& headers, const std::vector<Row>& rows, std::ostream& out) {
+  std::vector<size_t> widths(headers.size());
+  for (size_t c = 0; c < headers.size(); ++c) {
+    widths[c] = headers[c].size();
+    for (const Row& row : rows) widths[c] = std::max(widths[c], row[c].size());
+  }
+  auto print_row = [&](const Row& row) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      out << row[c];
+      if (c + 1 < row.size()) out << std::string(widths[c] - row[c].size() + 2, ' ');
+    }
+    out << "\n";
+  };
+  print_row(headers);
+  for (const Row& row : rows) print_row(row);
+}
+
+const json::array* ArrayField(const json::object& status, const char* key) {
+  const json::value* value = Field(status, key);
+  return value != nullptr && value->is_array() ? &value->as_array() : nullptr;
+}
+
+Row PeerRow(const json::object& peer) {
+  return {
+      Text(Field(peer, "peer_id")),         Text(Field(peer, "state")),          Text(Field(peer, "since")),
+      Text(Field(peer, "rtt_us")),          Bytes(Field(peer, "bytes_sent")),    Bytes(Field(peer, "bytes_received")),
+      Text(Field(peer, "loads_in_flight")), Text(Field(peer, "rounds_serving")), Text(Field(peer, "last_error"))};
+}
+
+Row EngineRow(const json::object& engine) {
+  return {Text(Field(engine, "client")), Text(Field(engine, "pid")), Text(Field(engine, "num_blocks")),
+          Text(Field(engine, "published")), Text(Field(engine, "loads_in_flight"))};
+}
+
+// Rows of every object element of status[key], via `to_row`.
+std::vector<Row> ObjectRows(const json::object& status, const char* key, Row (*to_row)(const json::object&)) {
+  std::vector<Row> rows;
+  if (const json::array* items = ArrayField(status, key)) {
+    for (const json::value& item : *items) {
+      if (item.is_object()) rows.push_back(to_row(item.as_object()));
+    }
+  }
+  return rows;
+}
+
+void PrintHeader(const json::object& status, std::ostream& out) {
+  std::optional<uint64_t> uptime = AsCount(Field(status, "uptime_s"));
+  out << "node     " << Text(Field(status, "node_id")) << "\n"
+      << "listen   " << Text(Field(status, "listen")) << "\n"
+      << "version  " << Text(Field(status, "version")) << " (wire " << Text(Field(status, "wire_version")) << ")\n"
+      << "uptime   " << (uptime ? FormatDuration(*uptime) : "-") << "\n";
+}
+
+void PrintEngines(const json::object& status, std::ostream& out) {
+  std::vector<Row> rows = ObjectRows(status, "engines", EngineRow);
+  if (rows.empty()) {
+    out << "engines: none\n";
+    return;
+  }
+  PrintTable({"CLIENT", "PID", "BLOCKS", "PUBLISHED", "LOADS_IN_FLIGHT"}, rows, out);
+}
+
+void PrintCounters(const json::object& status, std::ostream& out) {
+  const json::value* counters = Field(status, "counters");
+  if (counters == nullptr || !counters->is_object() || counters->as_object().empty()) {
+    out << "counters: none\n";
+    return;
+  }
+  std::vector<Row> rows;
+  for (const auto& entry : counters->as_object()) rows.push_back({std::string(entry.key()), Text(&entry.value())});
+  PrintTable({"COUNTER", "VALUE"}, rows, out);
+}
+
+}  // namespace
+
+void PrintPeers(const json::object& status, std::ostream& out) {
+  std::vector<Row> rows = ObjectRows(status, "peers", PeerRow);
+  if (rows.empty()) {
+    out << "peers: none\n";
+    return;
+  }
+  PrintTable({"PEER", "STATE", "SINCE", "RTT_US", "SENT", "RECEIVED", "LOADS", "ROUNDS", "LAST_ERROR"}, rows, out);
+}
+
+void PrintStatus(const json::object& status, std::ostream& out) {
+  PrintHeader(status, out);
+  out << "\n";
+  PrintPeers(status, out);
+  out << "\n";
+  PrintEngines(status, out);
+  out << "\n";
+  PrintCounters(status, out);
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f %s", value, kUnits[unit]);
+  return text;
+}
+
+std::string FormatDuration(uint64_t seconds) {
+  uint64_t days = seconds / 86400, hours = seconds / 3600 % 24, minutes = seconds / 60 % 60, secs = seconds % 60;
+  char text[64];
+  if (days > 0) {
+    std::snprintf(text, sizeof(text), "%llud %02lluh %02llum", static_cast<unsigned long long>(days),
+                  static_cast<unsigned long long>(hours), static_cast<unsigned long long>(minutes));
+  } else if (hours > 0) {
+    std::snprintf(text, sizeof(text), "%lluh %02llum %02llus", static_cast<unsigned long long>(hours),
+                  static_cast<unsigned long long>(minutes), static_cast<unsigned long long>(secs));
+  } else if (minutes > 0) {
+    std::snprintf(text, sizeof(text), "%llum %02llus", static_cast<unsigned long long>(minutes),
+                  static_cast<unsigned long long>(secs));
+  } else {
+    std::snprintf(text, sizeof(text), "%llus", static_cast<unsigned long long>(secs));
+  }
+  return text;
+}
+
+}  // namespace kvpeer::cli

@@ -1,0 +1,431 @@
+#include "config/settings.h"
+
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <boost/json/serialize.hpp>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <set>
+
+#include "config/psk.h"
+#include "config/toml_subset.h"
+#include "config/version.h"
+
+namespace kvpeer::config {
+namespace {
+
+namespace json = boost::json;
+
+// ---- Value checks shared by the table rows -------------------------------
+
+std::string Quoted(std::string_view value) { return "'" + std::string(value) + "'"; }
+
+// Parses an optionally negative decimal integer; nullopt if not one. Values
+// beyond int64 clamp so that the range message still names them as too big.
+std::optional<int64_t> ParseInteger(std::string_view text) {
+  std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  (void)end;
+  if (error == std::errc::result_out_of_range) return text.starts_with('-') ? INT64_MIN : INT64_MAX;
+  return value;
+}
+
+std::string ApplySeconds(const std::string& raw, std::chrono::seconds* out) {
+  std::optional<int64_t> value = ParseInteger(raw);
+  std::string range = "1.." + std::to_string(kMaxTimeoutSeconds);
+  if (!value) return Quoted(raw) + " is not a whole number of seconds (allowed: " + range + ")";
+  if (*value <= 0) return raw + " must be > 0 (whole seconds, " + range + ")";
+  if (*value > kMaxTimeoutSeconds) return raw + " must be at most " + std::to_string(kMaxTimeoutSeconds) + " (seconds)";
+  *out = std::chrono::seconds(*value);
+  return "";
+}
+
+std::string ApplyBoundedString(const std::string& raw, size_t min_len, std::optional<std::string>* out) {
+  if (raw.size() < min_len || raw.size() > kMaxSettingString) {
+    // The value itself is not echoed: hash-seed is not shown to peers either.
+    return "has " + std::to_string(raw.size()) + " characters; allowed: " + std::to_string(min_len) + ".." +
+           std::to_string(kMaxSettingString);
+  }
+  *out = raw;
+  return "";
+}
+
+json::value OptionalString(const std::optional<std::string>& value) {
+  return value ? json::value(*value) : json::value(nullptr);
+}
+
+json::value PathOrNull(const std::string& path) { return path.empty() ? json::value(nullptr) : json::value(path); }
+
+// ---- The option table ----------------------------------------------------
+
+std::string ApplyConfig(const std::vector<std::string>& raw, Settings* s) {
+  s->config_file = raw.front();
+  return "";
+}
+
+std::string ApplyListen(const std::vector<std::string>& raw, Settings* s) {
+  std::optional<HostPort> address = ParseHostPort(raw.front());
+  if (!address) return Quoted(raw.front()) + " is not HOST:PORT (port 0..65535; IPv6 as [::1]:5710)";
+  s->listen = *address;
+  return "";
+}
+
+std::string ApplyNodeId(const std::vector<std::string>& raw, Settings* s) {
+  std::optional<HostPort> address = ParseHostPort(raw.front());
+  if (!address || address->port == 0) {
+    return Quoted(raw.front()) + " is not HOST:PORT (port 1..65535; IPv6 as [::1]:5710)";
+  }
+  s->node_id = raw.front();
+  s->node_id_from_listen = false;
+  return "";
+}
+
+std::string ApplySocket(const std::vector<std::string>& raw, Settings* s) {
+  const std::string& path = raw.front();
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (path.empty()) return "'' is empty; allowed: a file path";
+  if (path.size() > kMaxPath) {
+    return Quoted(path) + " is " + std::to_string(path.size()) + " bytes; a Unix socket path is at most " +
+           std::to_string(kMaxPath);
+  }
+  s->socket_path = path;
+  return "";
+}
+
+std::string ApplyBlockLen(const std::vector<std::string>& raw, Settings* s) {
+  std::optional<int64_t> value = ParseInteger(raw.front());
+  std::string range = "1.." + std::to_string(kMaxBlockLen);
+  if (!value) return Quoted(raw.front()) + " is not a number (allowed: " + range + ")";
+  if (*value < 1 || static_cast<uint64_t>(*value) > kMaxBlockLen) return raw.front() + " must be " + range;
+  s->block_len = static_cast<uint64_t>(*value);
+  return "";
+}
+
+std::string ApplyFingerprint(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyBoundedString(raw.front(), 0, &s->config_fingerprint);
+}
+
+std::string ApplyHashSeed(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyBoundedString(raw.front(), 1, &s->hash_seed);
+}
+
+std::string ApplyPskFile(const std::vector<std::string>& raw, Settings* s) {
+  if (raw.front().empty()) return "'' is empty; allowed: the path of a key file";
+  s->psk_file = raw.front();  // read and checked once all options are known
+  return "";
+}
+
+std::string ApplyAllowCidr(const std::vector<std::string>& raw, Settings* s) {
+  for (const std::string& text : raw) {
+    std::string why;
+    std::optional<Cidr> block = Cidr::Parse(text, &why);
+    if (!block) return Quoted(text) + " is not a CIDR (" + why + ")";
+    s->allow_cidrs.push_back(*block);
+  }
+  return "";
+}
+
+std::string ApplyLoadTimeout(const std::vector<std::string>& raw, Settings* s) {
+  return ApplySeconds(raw.front(), &s->load_timeout);
+}
+
+std::string ApplyAbortAckTimeout(const std::vector<std::string>& raw, Settings* s) {
+  return ApplySeconds(raw.front(), &s->abort_ack_timeout);
+}
+
+std::string ApplyHandshakeTimeout(const std::vector<std::string>& raw, Settings* s) {
+  return ApplySeconds(raw.front(), &s->handshake_timeout);
+}
+
+std::string ApplyLogLevel(const std::vector<std::string>& raw, Settings* s) {
+  static constexpr std::array<std::string_view, 5> kLevels = {"trace", "debug", "info", "warn", "error"};
+  if (std::find(kLevels.begin(), kLevels.end(), raw.front()) == kLevels.end()) {
+    return Quoted(raw.front()) + " is not one of trace, debug, info, warn, error";
+  }
+  s->log_level = raw.front();
+  return "";
+}
+
+json::value AllowCidrJson(const Settings& s) {
+  json::array blocks;
+  for (const Cidr& block : s.allow_cidrs) blocks.emplace_back(block.ToString());
+  return blocks;
+}
+
+std::vector<OptionSpec> BuildOptions() {
+  std::vector<OptionSpec> options;
+  options.push_back({.name = "config",
+                     .value_name = "FILE",
+                     .help = "TOML config file; keys are these flag names without dashes",
+                     .in_config_file = false,
+                     .apply = ApplyConfig,
+                     .effective = [](const Settings& s) { return PathOrNull(s.config_file); }});
+  options.push_back({.name = "listen",
+                     .value_name = "HOST:PORT",
+                     .default_text = "0.0.0.0:5710",
+                     .help = "TCP address for peers (port 0 picks a free port, shown by status)",
+                     .apply = ApplyListen,
+                     .effective = [](const Settings& s) { return json::value(FormatHostPort(s.listen)); }});
+  options.push_back({.name = "node-id",
+                     .value_name = "HOST:PORT",
+                     .help = "this node's name on the wire (default: the listen address; for a wildcard host, "
+                             "this machine's hostname with the listen port)",
+                     .apply = ApplyNodeId,
+                     .effective = [](const Settings& s) { return json::value(s.node_id); }});
+  options.push_back({.name = "socket",
+                     .value_name = "PATH",
+                     .default_text = kDefaultSocketPath,
+                     .help = "control socket",
+                     .apply = ApplySocket,
+                     .effective = [](const Settings& s) { return json::value(s.socket_path); }});
+  options.push_back(
+      {.name = "block-len",
+       .value_name = "N",
+       .help = "bytes per KV block, 1..67108864 (default: from the first engine hello)",
+       .apply = ApplyBlockLen,
+       .effective = [](const Settings& s) { return s.block_len ? json::value(*s.block_len) : json::value(nullptr); }});
+  options.push_back({.name = "config-fingerprint",
+                     .value_name = "S",
+                     .help = "model config fingerprint (default: from the first engine hello)",
+                     .apply = ApplyFingerprint,
+                     .effective = [](const Settings& s) { return OptionalString(s.config_fingerprint); }});
+  options.push_back({.name = "hash-seed",
+                     .value_name = "S",
+                     .help = "block hash seed (default: from the first engine hello)",
+                     .apply = ApplyHashSeed,
+                     .effective = [](const Settings& s) { return OptionalString(s.hash_seed); }});
+  options.push_back({.name = "psk-file",
+                     .value_name = "FILE",
+                     .help = "pre-shared key for peer authentication; owner-only file, >= 32 bytes",
+                     .apply = ApplyPskFile,
+                     .effective = [](const Settings& s) { return PathOrNull(s.psk_file); }});
+  options.push_back({.name = "allow-cidr",
+                     .value_name = "CIDR",
+                     .help = "peer addresses allowed to connect; repeatable or comma-separated (default: any)",
+                     .repeatable = true,
+                     .apply = ApplyAllowCidr,
+                     .effective = AllowCidrJson});
+  options.push_back({.name = "load-timeout-s",
+                     .value_name = "S",
+                     .default_text = "30",
+                     .help = "client-role load timeout, seconds",
+                     .apply = ApplyLoadTimeout,
+                     .effective = [](const Settings& s) { return json::value(s.load_timeout.count()); }});
+  options.push_back({.name = "abort-ack-timeout-s",
+                     .value_name = "S",
+                     .default_text = "10",
+                     .help = "client-role abort-ack timeout, seconds",
+                     .apply = ApplyAbortAckTimeout,
+                     .effective = [](const Settings& s) { return json::value(s.abort_ack_timeout.count()); }});
+  options.push_back({.name = "handshake-timeout-s",
+                     .value_name = "S",
+                     .default_text = "10",
+                     .help = "peer handshake deadline, seconds",
+                     .apply = ApplyHandshakeTimeout,
+                     .effective = [](const Settings& s) { return json::value(s.handshake_timeout.count()); }});
+  options.push_back({.name = "log-level",
+                     .value_name = "LEVEL",
+                     .default_text = "info",
+                     .help = "trace, debug, info, warn or error",
+                     .apply = ApplyLogLevel,
+                     .effective = [](const Settings& s) { return json::value(s.log_level); }});
+  return options;
+}
+
+// ---- CLI11 glue ----------------------------------------------------------
+
+// CLI11's config hook, reading files with the strict TOML subset reader.
+class TomlSubsetConfig : public CLI::Config {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::string text(std::istreambuf_iterator<char>(input), {});
+    std::vector<TomlEntry> entries;
+    Status status = ParseTomlSubset(text, FileKeys(), &entries);
+    if (status.ok()) status = CheckArrays(entries);
+    if (!status.ok()) throw CLI::ConfigError(status.message());
+    std::vector<CLI::ConfigItem> items;
+    for (TomlEntry& entry : entries) {
+      CLI::ConfigItem item;
+      item.name = entry.key;
+      item.inputs = std::move(entry.values);
+      items.push_back(std::move(item));
+    }
+    return items;
+  }
+
+  // Writing config files is not offered (kvpeerd never calls config_to_str).
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return ""; }
+
+ private:
+  static std::set<std::string, std::less<>> FileKeys() {
+    std::set<std::string, std::less<>> keys;
+    for (const OptionSpec& option : Options()) {
+      if (option.in_config_file) keys.emplace(option.name);
+    }
+    return keys;
+  }
+
+  static Status CheckArrays(const std::vector<TomlEntry>& entries) {
+    for (const TomlEntry& entry : entries) {
+      const OptionSpec& option =
+          *std::find_if(Options().begin(), Options().end(), [&](const OptionSpec& o) { return o.name == entry.key; });
+      if (entry.is_array && !option.repeatable) {
+        return Status::Invalid("line " + std::to_string(entry.line) + ": '" + entry.key +
+                               "' takes one value, not an array");
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+std::string HelpWithDefault(const OptionSpec& option) {
+  std::string help(option.help);
+  if (!option.default_text.empty()) help += " [default: " + std::string(option.default_text) + "]";
+  return help;
+}
+
+struct Cli {
+  std::unique_ptr<CLI::App> app;
+  std::vector<CLI::Option*> options;  // parallel to Options()
+  CLI::Option* check_config = nullptr;
+};
+
+Cli BuildCli() {
+  Cli cli;
+  cli.app = std::make_unique<CLI::App>("kvpeerd: per-node KV-cache block transfer daemon", "kvpeerd");
+  cli.app->config_formatter(std::make_shared<TomlSubsetConfig>());
+  cli.app->allow_config_extras(CLI::config_extras_mode::error);
+  for (const OptionSpec& option : Options()) {
+    const std::string flag = "--" + std::string(option.name);
+    const std::string help = HelpWithDefault(option);
+    CLI::Option* added = option.in_config_file ? cli.app->add_option(flag, help) : cli.app->set_config(flag, "", help);
+    added->type_name(std::string(option.value_name));
+    if (option.repeatable) added->take_all()->delimiter(',');
+    cli.options.push_back(added);
+  }
+  const std::string check_help = "validate the settings and exit: 0 valid, 2 invalid";
+  cli.check_config = cli.app->add_flag("--check-config", check_help);
+  cli.check_config->configurable(false);
+  std::string version = std::string("kvpeerd ") + kVersion + " (wire " + kWireVersion + ")";
+  cli.app->set_version_flag("--version", version, "print the version and exit")->configurable(false);
+  return cli;
+}
+
+std::string ConfigFileName(const Cli& cli) {
+  for (size_t i = 0; i < Options().size(); ++i) {
+    if (!Options()[i].in_config_file && !cli.options[i]->results().empty()) return cli.options[i]->results().front();
+  }
+  return "?";
+}
+
+// A CLI11 parse failure as the message an operator should see.
+ParseResult ParseFailure(const Cli& cli, const CLI::ParseError& error) {
+  std::string name = error.get_name();
+  if (name == "CallForHelp" || name == "CallForAllHelp") return {std::nullopt, 0, cli.app->help()};
+  if (name == "CallForVersion") return {std::nullopt, 0, std::string(error.what()) + "\n"};
+  std::string file = ConfigFileName(cli);
+  if (name == "ConfigError") return {std::nullopt, 2, "kvpeerd: config file '" + file + "': " + error.what() + "\n"};
+  if (name == "FileError") {
+    std::ifstream probe(file);  // CLI11 does not say why; ask again for errno
+    std::string why = probe.good() ? "not readable" : std::strerror(errno);
+    return {std::nullopt, 2, "kvpeerd: config: cannot read '" + file + "': " + why + "\n"};
+  }
+  return {std::nullopt, 2, "kvpeerd: " + std::string(error.what()) + "\nRun 'kvpeerd --help' for the flags.\n"};
+}
+
+// Applies every option that was given; returns one line per problem.
+std::vector<std::string> ApplyOptions(const Cli& cli, Settings* settings) {
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < Options().size(); ++i) {
+    const OptionSpec& option = Options()[i];
+    const std::vector<std::string>& raw = cli.options[i]->results();
+    if (raw.empty()) continue;
+    std::string why = option.apply(raw, settings);
+    if (!why.empty()) problems.push_back(std::string(option.name) + ": " + why);
+  }
+  return problems;
+}
+
+// Settings that depend on others or on the machine: node id and the PSK.
+void Finalize(Settings* settings, std::vector<std::string>* problems) {
+  if (settings->node_id_from_listen) {
+    std::optional<std::string> id = DefaultNodeId(settings->listen);
+    if (id) {
+      settings->node_id = *id;
+    } else {
+      problems->push_back("node-id: cannot derive a default from this machine's hostname; set --node-id HOST:PORT");
+    }
+  }
+  if (!settings->psk_file.empty()) {
+    Status status = LoadPsk(settings->psk_file, &settings->psk);
+    if (!status.ok()) problems->push_back(status.message());
+  }
+}
+
+std::string JoinProblems(const std::vector<std::string>& problems) {
+  std::string text;
+  for (const std::string& problem : problems) text += "kvpeerd: " + problem + "\n";
+  return text;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& Options() {
+  static const std::vector<OptionSpec> kOptions = BuildOptions();
+  return kOptions;
+}
+
+ParseResult ParseCommandLine(int argc, const char* const* argv) {
+  Cli cli = BuildCli();
+  try {
+    cli.app->parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return ParseFailure(cli, error);
+  }
+  Settings settings;
+  std::vector<std::string> problems = ApplyOptions(cli, &settings);
+  if (problems.empty()) Finalize(&settings, &problems);
+  if (!problems.empty()) return {std::nullopt, 2, JoinProblems(problems)};
+  if (cli.check_config->count() > 0) {
+    return {std::nullopt, 0,
+            "kvpeerd: configuration is valid\n" + json::serialize(EffectiveConfigJson(settings)) + "\n"};
+  }
+  return {std::move(settings), 0, ""};
+}
+
+boost::json::object EffectiveConfigJson(const Settings& settings) {
+  json::object config;
+  for (const OptionSpec& option : Options()) config[option.name] = option.effective(settings);
+  return config;
+}
+
+std::optional<std::string> DefaultNodeId(const HostPort& listen) {
+  if (!IsWildcardHost(listen.host)) return FormatHostPort(listen);
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return std::nullopt;
+  // A hostname that is not a valid HOST would make an unusable peer name.
+  if (!ParseHostPort(std::string(name) + ":1")) return std::nullopt;
+  return FormatHostPort({name, listen.port});
+}
+
+std::string ResolveNodeId(const Settings& settings, uint16_t bound_port) {
+  if (!settings.node_id_from_listen) return settings.node_id;
+  std::optional<HostPort> id = ParseHostPort(settings.node_id);
+  if (!id) return settings.node_id;
+  id->port = bound_port;
+  return FormatHostPort(*id);
+}
+
+}  // namespace kvpeer::config

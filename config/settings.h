@@ -1,0 +1,106 @@
+// kvpeerd settings: every flag of control-api.md section 5, from one table.
+//
+// Options() is the single description of every option (name, value shape,
+// default, help, validation, effective value), in the manner of Redis's
+// config table: the command-line parser, the config-file reader, --help,
+// --check-config and EffectiveConfigJson() (the `config` object of the
+// control API's `status`) are all driven by it, so they cannot disagree.
+//
+// Sources, lowest precedence first: the defaults, the TOML config file
+// (--config FILE; keys are the flag names without dashes), the command line.
+// A flag replaces the file's value entirely (a repeatable flag such as
+// --allow-cidr replaces the file's whole list, it does not append).
+//
+// Thread-safety: Settings is a plain value. ParseCommandLine and the free
+// functions keep no shared state.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/cidr.h"
+#include "config/host_port.h"
+
+namespace kvpeer::config {
+
+inline constexpr uint16_t kDefaultPort = 5710;
+inline constexpr const char* kDefaultSocketPath = "/run/kvpeer/kvpeerd.sock";
+inline constexpr uint64_t kMaxBlockLen = 67108864;  // one block fits one frame (wire spec section 2)
+inline constexpr size_t kMaxSettingString = 4096;   // wire bound of config_fingerprint / hash_seed
+inline constexpr int64_t kMaxTimeoutSeconds = 86400;
+
+// Settings{} holds every default except node_id, which depends on the
+// listen address and the hostname (ParseCommandLine derives it).
+struct Settings {
+  std::string config_file;                   // --config; empty = none
+  HostPort listen{"0.0.0.0", kDefaultPort};  // --listen
+  std::string node_id;                       // --node-id, or derived (see node_id_from_listen)
+  bool node_id_from_listen = true;           // true: no --node-id; derived from listen
+  std::string socket_path = kDefaultSocketPath;
+  // Model settings; nullopt = taken from the first engine `hello`.
+  std::optional<uint64_t> block_len;
+  std::optional<std::string> config_fingerprint;
+  std::optional<std::string> hash_seed;
+  std::string psk_file;           // empty = no peer authentication
+  std::string psk;                // SECRET: the key read from psk_file; never logged or reported
+  std::vector<Cidr> allow_cidrs;  // empty = any peer address
+  std::chrono::seconds load_timeout{30};
+  std::chrono::seconds abort_ack_timeout{10};
+  std::chrono::seconds handshake_timeout{10};
+  std::string log_level = "info";  // trace, debug, info, warn, error
+};
+
+// One row of the option table.
+struct OptionSpec {
+  std::string_view name = {};          // flag without "--" = config-file key = key in EffectiveConfigJson
+  std::string_view value_name = {};    // shown in --help: "HOST:PORT", "N", ...
+  std::string_view default_text = {};  // as documented; empty = unset by default
+  std::string_view help = {};
+  bool repeatable = false;     // may be given several times / as a TOML array
+  bool in_config_file = true;  // false only for --config itself
+  // Validates the raw values (exactly one unless repeatable) and stores them
+  // in *settings. Returns "" or why the value is wrong, naming the value and
+  // what is allowed but not the option ("'x' is not HOST:PORT (...)").
+  std::string (*apply)(const std::vector<std::string>& raw, Settings* settings) = nullptr;
+  // The effective value for status / --check-config. Secrets never appear.
+  boost::json::value (*effective)(const Settings& settings) = nullptr;
+};
+
+// The option table, in --help order.
+const std::vector<OptionSpec>& Options();
+
+struct ParseResult {
+  // Set when the daemon should run with these (validated) settings.
+  std::optional<Settings> settings;
+  // Otherwise: print `message` (stdout if exit_code is 0, else stderr) and
+  // exit with exit_code: 0 for --help, --version and a valid --check-config;
+  // 2 for any invalid flag, file or value.
+  int exit_code = 0;
+  std::string message;
+};
+
+// Parses argv (CLI11, plus the config file named by --config), validates
+// every option, derives node_id and loads the PSK. Every problem found is
+// reported, one per line, as "kvpeerd: KEY: 'VALUE' ... (allowed ...)".
+ParseResult ParseCommandLine(int argc, const char* const* argv);
+
+// The effective settings keyed by flag name without dashes; the PSK bytes
+// are omitted (psk-file shows the path only).
+boost::json::object EffectiveConfigJson(const Settings& settings);
+
+// "hostname:port" for a wildcard listen host, else the listen address.
+// nullopt if the hostname cannot be read.
+std::optional<std::string> DefaultNodeId(const HostPort& listen);
+
+// The node id to use once the listener is bound: an explicit --node-id as
+// is; a derived one with `bound_port`, so "--listen 0.0.0.0:0" yields the
+// real port rather than ":0".
+std::string ResolveNodeId(const Settings& settings, uint16_t bound_port);
+
+}  // namespace kvpeer::config

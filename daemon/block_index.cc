@@ -1,0 +1,186 @@
+#include "daemon/block_index.h"
+
+#include <utility>
+
+namespace kvpeer::daemon {
+
+// A block id within an engine region. (Inside NodeBlockIndex members the name
+// BlockIndex means the session interface, hence the alias.)
+using SlotId = protocol::BlockIndex;
+using protocol::Key;
+
+// One slot that is published, pinned, or waiting to be reported free.
+// Absent from the map = free and unreported-free: nothing to track.
+struct SlotState {
+  uint32_t keys = 0;             // keys published at this slot
+  uint32_t pins = 0;             // live PinRefs reading it
+  bool release_pending = false;  // withdrawn while pinned: report when unpinned
+};
+
+// An engine's part of the index. Shared by the index and by every pin of the
+// engine's region, so pins can unpin (and report) after the engine or even
+// the index has gone.
+struct NodeBlockIndex::Engine {
+  std::shared_ptr<ShmRegion> region;
+  std::unordered_map<SlotId, SlotState> slots;
+  ReleasedFn on_released;  // empty once the engine is removed
+  size_t published = 0;
+
+  void Released(SlotId slot) {
+    if (on_released) on_released(slot);
+  }
+
+  // A key at `slot` was withdrawn. Returns true when the slot became free
+  // now; false when it is still pinned (reported later) or holds other keys.
+  bool Withdraw(SlotId slot, bool* pinned) {
+    --published;
+    SlotState& state = slots[slot];
+    *pinned = false;
+    if (--state.keys > 0) return false;
+    if (state.pins > 0) {
+      state.release_pending = true;
+      *pinned = true;
+      return false;
+    }
+    slots.erase(slot);
+    return true;
+  }
+
+  void Unpin(SlotId slot) {
+    auto it = slots.find(slot);
+    if (it == slots.end() || --it->second.pins > 0 || it->second.keys > 0) return;
+    const bool report = it->second.release_pending;
+    slots.erase(it);
+    if (report) Released(slot);
+  }
+};
+
+namespace {
+
+class SlotPin : public session::PinnedBlock {
+ public:
+  SlotPin(std::shared_ptr<NodeBlockIndex::Engine> engine, SlotId slot, std::shared_ptr<const void> attachment)
+      : engine_(std::move(engine)), slot_(slot), attachment_(std::move(attachment)) {
+    ++engine_->slots[slot_].pins;
+  }
+  // The slot is unpinned first; the attachment (e.g. a store job's guard)
+  // is released after, so whoever it notifies sees the slot unpinned.
+  ~SlotPin() override { engine_->Unpin(slot_); }
+
+  std::span<const uint8_t> bytes() const override { return engine_->region->Block(slot_); }
+
+ private:
+  std::shared_ptr<NodeBlockIndex::Engine> engine_;
+  SlotId slot_;
+  std::shared_ptr<const void> attachment_;
+};
+
+class RegionSink : public session::SlotSink {
+ public:
+  explicit RegionSink(std::shared_ptr<ShmRegion> region) : region_(std::move(region)) {}
+  // An index outside the region yields an empty span rather than memory
+  // past the mapping; the control side never hands out such an index.
+  std::span<uint8_t> Slot(SlotId index) override {
+    if (index >= region_->num_blocks()) return {};
+    return region_->Block(index);
+  }
+
+ private:
+  std::shared_ptr<ShmRegion> region_;
+};
+
+}  // namespace
+
+NodeBlockIndex::NodeBlockIndex() = default;
+NodeBlockIndex::~NodeBlockIndex() = default;
+
+void NodeBlockIndex::AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released) {
+  auto state = std::make_shared<Engine>();
+  state->region = std::move(region);
+  state->on_released = std::move(on_released);
+  engines_[engine] = std::move(state);
+}
+
+void NodeBlockIndex::RemoveEngine(EngineId engine) {
+  auto it = engines_.find(engine);
+  if (it == engines_.end()) return;
+  it->second->on_released = nullptr;
+  for (auto key = keys_.begin(); key != keys_.end();) {
+    key = key->second.engine == engine ? keys_.erase(key) : std::next(key);
+  }
+  // Pins may outlive this; they find no keys and report to nobody.
+  for (auto slot = it->second->slots.begin(); slot != it->second->slots.end();) {
+    slot->second.keys = 0;
+    slot = slot->second.pins == 0 ? it->second->slots.erase(slot) : std::next(slot);
+  }
+  it->second->published = 0;
+  engines_.erase(it);
+}
+
+size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys,
+                               const std::vector<SlotId>& block_ids) {
+  Engine& owner = *engines_.at(engine);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = keys_.try_emplace(keys[i], Location{engine, block_ids[i]});
+    if (!inserted) {
+      const Location old = it->second;
+      if (old.engine == engine && old.slot == block_ids[i]) continue;  // already there
+      // A move: the old slot may become free without its engine asking.
+      Engine& previous = *engines_.at(old.engine);
+      bool pinned = false;
+      if (previous.Withdraw(old.slot, &pinned)) previous.Released(old.slot);
+      it->second = Location{engine, block_ids[i]};
+    }
+    SlotState& slot = owner.slots[block_ids[i]];
+    ++slot.keys;
+    // Reusing a slot before its release was reported is the engine's
+    // business; it is published again, so nothing is owed for it.
+    slot.release_pending = false;
+    ++owner.published;
+  }
+  return keys.size();
+}
+
+UnpublishResult NodeBlockIndex::Unpublish(EngineId engine, const std::vector<Key>& keys) {
+  UnpublishResult result;
+  auto owner = engines_.find(engine);
+  if (owner == engines_.end()) return result;
+  for (const Key& key : keys) {
+    auto it = keys_.find(key);
+    if (it == keys_.end() || it->second.engine != engine) continue;
+    const SlotId slot = it->second.slot;
+    keys_.erase(it);
+    bool pinned = false;
+    if (owner->second->Withdraw(slot, &pinned)) result.released.push_back(slot);
+    if (pinned) result.pinned.push_back(slot);
+  }
+  return result;
+}
+
+session::PinRef NodeBlockIndex::PinIfPublished(const Key& key) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return nullptr;
+  return std::make_shared<SlotPin>(engines_.at(it->second.engine), it->second.slot, nullptr);
+}
+
+session::PinRef NodeBlockIndex::Pin(EngineId engine, SlotId slot, std::shared_ptr<const void> attachment) {
+  return std::make_shared<SlotPin>(engines_.at(engine), slot, std::move(attachment));
+}
+
+size_t NodeBlockIndex::published(EngineId engine) const {
+  auto it = engines_.find(engine);
+  return it == engines_.end() ? 0 : it->second->published;
+}
+
+uint32_t NodeBlockIndex::live_pins(EngineId engine, SlotId slot) const {
+  auto it = engines_.find(engine);
+  if (it == engines_.end()) return 0;
+  auto state = it->second->slots.find(slot);
+  return state == it->second->slots.end() ? 0 : state->second.pins;
+}
+
+session::SlotSinkRef MakeSlotSink(std::shared_ptr<ShmRegion> region) {
+  return std::make_shared<RegionSink>(std::move(region));
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,99 @@
+// NodeBlockIndex: the node-wide index of published keys over every local
+// engine's region, and the pins that keep source blocks stable.
+//
+// A key names at most one (engine, block id) on the node; publishing a key
+// again, by the same or another engine, moves it. The server role answers
+// peers' lookups from here without involving any engine.
+//
+// Slot lifecycle. A slot is "in use" while a key is published at it or a pin
+// reads it. When an engine stops publishing a slot (unpublish, a key moved
+// away, or an engine's disconnect) the slot is free at once unless pinned;
+// a pinned one is reported free, through the engine's `on_released`
+// callback, when its last pin drops. Slots that become free without a
+// request of the owning engine (a key moved away) are reported through the
+// same callback at once, so an engine learns of every slot it may reuse.
+//
+// Pins are shared_ptrs (session::PinRef) whose destruction unpins. A pin
+// holds the engine's region, so a region stays mapped while any pin of it
+// lives, even after its engine has gone.
+//
+// Thread-safety: none; used from the daemon's one event loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/shm_region.h"
+#include "protocol/messages.h"
+#include "session/session_types.h"
+
+namespace kvpeer::daemon {
+
+// Identifies one engine session for the daemon's lifetime (never reused).
+using EngineId = uint64_t;
+
+struct UnpublishResult {
+  std::vector<protocol::BlockIndex> released;  // free now
+  std::vector<protocol::BlockIndex> pinned;    // free once a released event names them
+};
+
+class NodeBlockIndex : public session::BlockIndex {
+ public:
+  // Called with a slot of the engine that has just become free.
+  using ReleasedFn = std::function<void(protocol::BlockIndex)>;
+
+  NodeBlockIndex();
+  ~NodeBlockIndex() override;
+  NodeBlockIndex(const NodeBlockIndex&) = delete;
+  NodeBlockIndex& operator=(const NodeBlockIndex&) = delete;
+
+  // REQUIRES: `engine` was not added before.
+  void AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released);
+  // Withdraws every key of `engine`. It gets no more released events; live
+  // pins keep reading its region until they drop. No-op if not added.
+  void RemoveEngine(EngineId engine);
+
+  // REQUIRES: `engine` added; keys.size() == block_ids.size(); every id
+  // below the region's num_blocks. Returns how many keys were published.
+  size_t Publish(EngineId engine, const std::vector<protocol::Key>& keys,
+                 const std::vector<protocol::BlockIndex>& block_ids);
+  // Withdraws those of `keys` that `engine` publishes (others are ignored).
+  // A slot still holding another key is in neither list.
+  UnpublishResult Unpublish(EngineId engine, const std::vector<protocol::Key>& keys);
+
+  // session::BlockIndex.
+  session::PinRef PinIfPublished(const protocol::Key& key) override;
+
+  // Pins a slot of `engine` whether or not anything is published there.
+  // `attachment` lives exactly as long as the pin (after the slot is
+  // unpinned, it is released). REQUIRES: `engine` added, slot in range.
+  session::PinRef Pin(EngineId engine, protocol::BlockIndex slot, std::shared_ptr<const void> attachment);
+
+  // Keys `engine` publishes now (0 if unknown).
+  size_t published(EngineId engine) const;
+  // Live pins of one slot (tests, diagnostics).
+  uint32_t live_pins(EngineId engine, protocol::BlockIndex slot) const;
+  // Keys published on the node.
+  size_t size() const { return keys_.size(); }
+
+  // An engine's slots; opaque, defined in block_index.cc.
+  struct Engine;
+
+ private:
+  struct Location {
+    EngineId engine;
+    protocol::BlockIndex slot;
+  };
+
+  std::unordered_map<protocol::Key, Location> keys_;
+  std::unordered_map<EngineId, std::shared_ptr<Engine>> engines_;
+};
+
+// The destination of loads into `region`. Holding the sink keeps the region
+// mapped.
+session::SlotSinkRef MakeSlotSink(std::shared_ptr<ShmRegion> region);
+
+}  // namespace kvpeer::daemon

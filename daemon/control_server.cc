@@ -1,0 +1,357 @@
+#include "daemon/control_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <spdlog/spdlog.h>
+
+#include "config/version.h"
+#include "daemon/engine_session.h"
+#include "daemon/json_request.h"
+#include "daemon/metrics_text.h"
+
+namespace kvpeer::daemon {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using Local = asio::local::stream_protocol;
+
+// A last resort only: the peer side answers a connect within its handshake
+// timeout.
+constexpr auto kConnectCeiling = std::chrono::minutes(5);
+
+const std::set<std::string, std::less<>> kEngineOps = {"hello", "register_region", "publish", "unpublish", "lookup",
+                                                       "flush", "load",  "store",           "finish",  "poll"};
+// Ops that start new work, refused once the daemon drains.
+const std::set<std::string, std::less<>> kNewWorkOps = {"hello", "register_region", "publish", "lookup",
+                                                        "load",  "store",           "connect"};
+
+std::string Errno() { return std::strerror(errno); }
+
+}  // namespace
+
+ControlServer::ControlServer(asio::io_context& io, ControlServerOptions options, EngineRegistry& engines)
+    : io_(io), options_(std::move(options)), engines_(engines), accept_(std::make_shared<AcceptState>(io)) {
+  accept_->server = this;
+}
+
+ControlServer::~ControlServer() { Stop(); }
+
+ApiStatus ControlServer::RemoveStaleSocket() const {
+  const std::string& path = options_.socket_path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;
+    return Fail(ErrorCode::kInternal, "control socket " + path + ": " + Errno());
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return Fail(ErrorCode::kInternal, "control socket " + path + " exists and is not a socket; not replacing it");
+  }
+  // A socket file some process still accepts on is not stale.
+  Local::socket probe(io_);
+  boost::system::error_code ec;
+  probe.connect(Local::endpoint(path), ec);
+  if (!ec) return Fail(ErrorCode::kInternal, "control socket " + path + " is in use by a running process");
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Fail(ErrorCode::kInternal, "cannot remove stale control socket " + path + ": " + Errno());
+  }
+  return std::nullopt;
+}
+
+ApiStatus ControlServer::Start() {
+  const std::string& path = options_.socket_path;
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Fail(ErrorCode::kInternal, "control socket path '" + path + "' must be 1 ..= " +
+                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  boost::system::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code fs_ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, fs_ec);
+  if (ApiStatus bad = RemoveStaleSocket()) return bad;
+  Local::acceptor& acceptor = accept_->acceptor;
+  acceptor.open(Local(), ec);
+  if (!ec) acceptor.bind(Local::endpoint(path), ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    acceptor.close(ec);
+    return Fail(ErrorCode::kInternal, "cannot listen on control socket " + path + ": " + ec.message());
+  }
+  listening_ = true;
+  if (::chmod(path.c_str(), 0660) != 0) {
+    return Fail(ErrorCode::kInternal, "cannot set mode 0660 on control socket " + path + ": " + Errno());
+  }
+  if (options_.socket_group && ::chown(path.c_str(), static_cast<uid_t>(-1), *options_.socket_group) != 0) {
+    return Fail(ErrorCode::kInternal, "cannot give control socket " + path + " to group " +
+                                          std::to_string(*options_.socket_group) + ": " + Errno());
+  }
+  asio::co_spawn(io_, AcceptLoop(accept_), asio::detached);
+  spdlog::info("control socket listening on {}", path);
+  return std::nullopt;
+}
+
+void ControlServer::BeginShutdown() { shutting_down_ = true; }
+
+void ControlServer::Stop() {
+  boost::system::error_code ignored;
+  accept_->server = nullptr;
+  accept_->acceptor.close(ignored);
+  auto connections = std::move(connections_);
+  connections_.clear();
+  for (auto& [raw, connection] : connections) connection->Stop();
+  if (listening_) {
+    ::unlink(options_.socket_path.c_str());
+    listening_ = false;
+  }
+}
+
+asio::awaitable<void> ControlServer::AcceptLoop(std::shared_ptr<AcceptState> state) {
+  for (;;) {
+    boost::system::error_code ec;
+    Local::socket socket = co_await state->acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (state->server == nullptr || !state->acceptor.is_open()) co_return;
+    if (!ec) {
+      state->server->OnAccepted(std::move(socket));
+      continue;
+    }
+    // E.g. out of descriptors: say so and retry shortly instead of spinning.
+    spdlog::warn("control socket accept failed: {}", ec.message());
+    asio::steady_timer pause(state->acceptor.get_executor(), std::chrono::milliseconds(100));
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (state->server == nullptr) co_return;
+  }
+}
+
+bool ControlServer::Allowed(const PeerCredentials& credentials) const {
+  if (options_.allow_uids.empty() && options_.allow_gids.empty()) return true;
+  if (credentials.uid == ::geteuid()) return true;
+  auto listed = [](const std::vector<uint32_t>& ids, uint32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  return listed(options_.allow_uids, credentials.uid) || listed(options_.allow_gids, credentials.gid);
+}
+
+void ControlServer::OnAccepted(Local::socket socket) {
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    spdlog::warn("control connection refused: cannot read its credentials: {}", Errno());
+    return;
+  }
+  const PeerCredentials credentials{peer.pid, peer.uid, peer.gid};
+  if (!Allowed(credentials)) {
+    spdlog::warn("control connection from pid {} uid {} gid {} refused: not in the allowlist", peer.pid, peer.uid,
+                 peer.gid);
+    engines_.counters().Add("control_connections_refused");
+    return;
+  }
+  spdlog::info("control connection from pid {} uid {} gid {}", peer.pid, peer.uid, peer.gid);
+  engines_.counters().Add("control_connections");
+  auto connection = std::make_shared<ControlConnection>(std::move(socket), credentials, static_cast<ControlHandler*>(this));
+  connections_[connection.get()] = connection;
+  connection->Start();
+}
+
+void ControlServer::OnConnectionClosed(ControlConnection* connection) { connections_.erase(connection); }
+
+std::string ControlServer::TooLargeResponse() {
+  return Answer(nullptr,
+                Fail(ErrorCode::kTooLarge, "request line longer than " + std::to_string(kMaxControlLineBytes) +
+                                               " bytes; closing the connection"),
+                {});
+}
+
+std::string ControlServer::Answer(const json::value& id, const ApiStatus& status, json::object fields) {
+  json::object out;
+  out["id"] = id;
+  if (status) {
+    engines_.counters().Add("errors_" + std::string(ErrorCodeName(status->code)));
+    out["ok"] = false;
+    out["error"] = json::object{{"code", ErrorCodeName(status->code)}, {"message", status->message}};
+  } else {
+    out["ok"] = true;
+    for (auto& field : fields) out.insert(std::move(field));  // never replaces id or ok
+  }
+  return json::serialize(out);
+}
+
+asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlConnection> connection,
+                                                       ControlLine line) {
+  engines_.counters().Add("requests");
+  boost::system::error_code ec;
+  json::value parsed = json::parse(line.text, ec);
+  if (ec) co_return Answer(nullptr, Fail(ErrorCode::kBadRequest, "request is not valid JSON: " + ec.message()), {});
+  if (!parsed.is_object()) {
+    co_return Answer(nullptr,
+                     Fail(ErrorCode::kBadRequest,
+                          "request must be a JSON object, not " + std::string(JsonKind(parsed))),
+                     {});
+  }
+  const json::object& request = parsed.get_object();
+  const json::value id = request.contains("id") ? request.at("id") : json::value(nullptr);
+  const json::value* op = request.if_contains("op");
+  if (op == nullptr || !op->is_string()) {
+    const std::string problem = op == nullptr ? "is required" : "must be a string, not " + std::string(JsonKind(*op));
+    co_return Answer(id, Fail(ErrorCode::kBadRequest, "field 'op' " + problem), {});
+  }
+  json::object fields;
+  ApiStatus status;
+  try {
+    asio::awaitable<ApiStatus> dispatching =
+        Dispatch(connection, request, std::string(op->get_string()), line, &fields);
+    status = co_await std::move(dispatching);
+  } catch (const std::exception& e) {
+    status = Fail(ErrorCode::kInternal, std::string("internal error: ") + e.what());
+  }
+  // A request may have waited (poll, connect); the server may be gone.
+  if (connection->closed()) co_return std::string();
+  co_return Answer(id, status, std::move(fields));
+}
+
+asio::awaitable<ApiStatus> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
+                                                   const json::object& request, const std::string& op,
+                                                   ControlLine& line, json::object* response) {
+  if (op == "status") {
+    *response = Status();
+    co_return std::nullopt;
+  }
+  if (op == "metrics") {
+    (*response)["text"] = Metrics();
+    co_return std::nullopt;
+  }
+  if (op == "disconnect") co_return DisconnectOp(request);
+  if (op != "connect" && !kEngineOps.contains(op)) {
+    co_return Fail(ErrorCode::kUnknownOp, "op '" + op.substr(0, 64) +
+                                              "' is not known; ops: status, metrics, connect, disconnect, hello, "
+                                              "register_region, publish, unpublish, lookup, flush, load, store, "
+                                              "finish, poll");
+  }
+  if (shutting_down_ && kNewWorkOps.contains(op)) {
+    co_return Fail(ErrorCode::kShuttingDown, "the daemon is shutting down; op '" + op + "' is refused");
+  }
+  if (op == "connect") {
+    asio::awaitable<ApiStatus> connecting = ConnectOp(request);
+    co_return co_await std::move(connecting);  // touches nothing of the server after
+  }
+  if (op == "poll") {
+    std::shared_ptr<EngineSession> engine = connection->engine();
+    if (!engine) co_return Fail(ErrorCode::kBadRequest, "op 'poll' needs an engine session: send hello first");
+    asio::awaitable<ApiStatus> polling = engine->Poll(request, response);
+    co_return co_await std::move(polling);  // touches nothing of the server after
+  }
+  co_return EngineOp(*connection, request, op, line, response);
+}
+
+ApiStatus ControlServer::EngineOp(ControlConnection& connection, const json::object& request, const std::string& op,
+                                  ControlLine& line, json::object* response) {
+  if (op == "hello") {
+    if (connection.engine()) {
+      return Fail(ErrorCode::kConflict, "this connection already said hello (engine '" +
+                                            connection.engine()->client() + "'); one hello per engine session");
+    }
+    std::shared_ptr<EngineSession> session;
+    ApiStatus status = engines_.Hello(request, connection.credentials(), &session, response);
+    if (!status) connection.set_engine(std::move(session));
+    return status;
+  }
+  EngineSession* engine = connection.engine().get();
+  if (engine == nullptr) {
+    return Fail(ErrorCode::kBadRequest, "op '" + op + "' needs an engine session: send hello first");
+  }
+  if (op == "register_region") {
+    UniqueFd fd;
+    if (!line.fds.empty()) fd = std::move(line.fds.front());
+    return engine->RegisterRegion(request, std::move(fd), response);
+  }
+  if (op == "publish") return engine->Publish(request, response);
+  if (op == "unpublish") return engine->Unpublish(request, response);
+  if (op == "lookup") return engine->Lookup(request, response);
+  if (op == "flush") return engine->Flush(request, response);
+  if (op == "load") return engine->Load(request, response);
+  if (op == "store") return engine->Store(request, response);
+  return engine->Finish(request, response);  // the last of kEngineOps
+}
+
+asio::awaitable<ApiStatus> ControlServer::ConnectOp(const json::object& request) {
+  RequestReader reader(request);
+  std::string peer;
+  reader.Peer("peer", &peer);
+  if (!reader.ok()) co_return reader.status();
+  PeerService* peers = engines_.peer_service();
+  if (peers == nullptr) co_return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running");
+  // Shared with the callback, which may run after this request is gone.
+  struct Wait {
+    explicit Wait(asio::any_io_executor executor) : timer(std::move(executor)) {}
+    asio::steady_timer timer;
+    std::optional<ApiStatus> result;
+  };
+  auto wait = std::make_shared<Wait>(io_.get_executor());
+  peers->Connect(peer, [wait](ApiStatus status) {
+    wait->result = std::move(status);
+    wait->timer.cancel();
+  });
+  if (!wait->result) {
+    wait->timer.expires_after(kConnectCeiling);
+    boost::system::error_code ec;
+    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!wait->result) co_return Fail(ErrorCode::kPeerUnavailable, "peer " + peer + " did not become ready in time");
+  co_return *wait->result;
+}
+
+ApiStatus ControlServer::DisconnectOp(const json::object& request) {
+  RequestReader reader(request);
+  std::string peer;
+  reader.Peer("peer", &peer);
+  if (!reader.ok()) return reader.status();
+  PeerService* peers = engines_.peer_service();
+  if (peers == nullptr) return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running");
+  return peers->Disconnect(peer);
+}
+
+json::object ControlServer::Status() const {
+  const auto uptime = std::chrono::steady_clock::now() - started_;
+  json::object status;
+  status["node_id"] = options_.node_id;
+  status["listen"] = options_.listen;
+  status["version"] = kVersion;
+  status["wire_version"] = kWireVersion;
+  status["uptime_s"] = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
+  status["config"] = options_.config;
+  PeerService* peers = engines_.peer_service();
+  status["peers"] = peers != nullptr ? peers->PeersStatus() : json::array();
+  status["engines"] = engines_.EnginesStatus();
+  json::object counters;
+  for (const auto& [name, value] : engines_.counters().values()) counters[name] = value;
+  status["counters"] = std::move(counters);
+  return status;
+}
+
+std::string ControlServer::Metrics() const {
+  const auto uptime = std::chrono::steady_clock::now() - started_;
+  PeerService* peers = engines_.peer_service();
+  MetricsInput input;
+  input.uptime_s = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
+  input.engines = engines_.engine_count();
+  input.control_connections = connections_.size();
+  input.peers = peers != nullptr ? peers->PeersStatus() : json::array();
+  input.counters = &engines_.counters();
+  return FormatMetrics(input);
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,119 @@
+// ControlServer: the daemon's control socket (docs/control-api.md).
+//
+// Listens on a Unix stream socket (a stale socket file is replaced, a live
+// one is not; the file gets mode 0660 and optionally a group), reads every
+// client's SO_PEERCRED credentials, logs them and refuses users outside an
+// optional allowlist before reading anything. Each connection is a
+// ControlConnection; this class answers its lines: the operator ops
+// (status, metrics, connect, disconnect) on any connection, the engine ops
+// on a connection that has said hello (EngineSession does the work).
+//
+// Thread-safety: none; everything runs on the daemon's one io_context.
+//
+// Lifetime: the EngineRegistry (and the peer side it reaches) must outlive
+// the server. Destroying the server stops it; connections are closed and
+// their engine sessions closed at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/json/object.hpp>
+
+#include "daemon/api_error.h"
+#include "daemon/control_connection.h"
+#include "daemon/engine_registry.h"
+
+namespace kvpeer::daemon {
+
+struct ControlServerOptions {
+  std::string socket_path;
+  // Reported by `status`.
+  std::string node_id;
+  std::string listen;          // the bound peer address (a port 0 listen shows its real port)
+  boost::json::object config;  // effective settings, keyed by flag name without dashes, no secrets
+  // The socket file's group (mode 0660 lets it in); unset = the daemon's.
+  std::optional<uint32_t> socket_group;
+  // Allowlist of peer uids and gids; both empty = any local user. The
+  // daemon's own uid is always allowed.
+  std::vector<uint32_t> allow_uids;
+  std::vector<uint32_t> allow_gids;
+};
+
+class ControlServer : private ControlHandler {
+ public:
+  ControlServer(boost::asio::io_context& io, ControlServerOptions options, EngineRegistry& engines);
+  ~ControlServer() override;
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Binds the socket and starts accepting. kInternal naming the path and
+  // the reason when the socket cannot be created (or another daemon is
+  // listening on it).
+  ApiStatus Start();
+  // From now on requests that would start new work (hello,
+  // register_region, publish, lookup, load, store, connect) answer
+  // shutting_down; status, metrics, poll, finish, unpublish and flush
+  // still work so engines can collect the results of the drain.
+  void BeginShutdown();
+  // Stops accepting, closes every connection (closing its engine session)
+  // and removes the socket file. Idempotent.
+  void Stop();
+
+  // The `listen` reported by status, when known only after construction.
+  void set_listen(std::string listen) { options_.listen = std::move(listen); }
+  const std::string& socket_path() const { return options_.socket_path; }
+  size_t connection_count() const { return connections_.size(); }
+
+ private:
+  // Outlives the server while the accept coroutine is suspended, so a
+  // resumption after destruction finds `server` null and ends.
+  struct AcceptState {
+    explicit AcceptState(boost::asio::io_context& io) : acceptor(io) {}
+    boost::asio::local::stream_protocol::acceptor acceptor;
+    ControlServer* server;
+  };
+
+  static boost::asio::awaitable<void> AcceptLoop(std::shared_ptr<AcceptState> state);
+  void OnAccepted(boost::asio::local::stream_protocol::socket socket);
+  bool Allowed(const PeerCredentials& credentials) const;
+  ApiStatus RemoveStaleSocket() const;
+
+  // ControlHandler.
+  boost::asio::awaitable<std::string> HandleLine(std::shared_ptr<ControlConnection> connection,
+                                                 ControlLine line) override;
+  std::string TooLargeResponse() override;
+  void OnConnectionClosed(ControlConnection* connection) override;
+
+  // One parsed request; fills *response with the op's fields.
+  boost::asio::awaitable<ApiStatus> Dispatch(std::shared_ptr<ControlConnection> connection,
+                                             const boost::json::object& request, const std::string& op,
+                                             ControlLine& line, boost::json::object* response);
+  ApiStatus EngineOp(ControlConnection& connection, const boost::json::object& request, const std::string& op,
+                     ControlLine& line, boost::json::object* response);
+  boost::asio::awaitable<ApiStatus> ConnectOp(const boost::json::object& request);
+  ApiStatus DisconnectOp(const boost::json::object& request);
+  boost::json::object Status() const;
+  std::string Metrics() const;
+  // Counts the answer and turns it into its line.
+  std::string Answer(const boost::json::value& id, const ApiStatus& status, boost::json::object fields);
+
+  boost::asio::io_context& io_;
+  ControlServerOptions options_;
+  EngineRegistry& engines_;
+  std::shared_ptr<AcceptState> accept_;
+  std::map<ControlConnection*, std::shared_ptr<ControlConnection>> connections_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  bool listening_ = false;
+  bool shutting_down_ = false;
+};
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,123 @@
+#include "daemon/engine_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include "config/version.h"
+#include "daemon/engine_session.h"
+#include "daemon/json_request.h"
+#include "protocol/limits.h"
+
+namespace kvpeer::daemon {
+
+namespace json = boost::json;
+
+EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodeBlockIndex& index,
+                               std::string node_id)
+    : executor_(std::move(executor)), model_(model), index_(index), node_id_(std::move(node_id)) {}
+
+EngineRegistry::~EngineRegistry() = default;
+
+ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentials& credentials,
+                                std::shared_ptr<EngineSession>* session, json::object* response) {
+  RequestReader reader(request);
+  std::string client;
+  ModelSettings settings;
+  reader.String("client", 1, protocol::kMaxStringChars, &client);
+  reader.Uint("block_len", protocol::kMaxBlockLen, &settings.block_len);
+  reader.String("config_fingerprint", 0, protocol::kMaxStringChars, &settings.config_fingerprint);
+  reader.String("hash_seed", 1, protocol::kMaxStringChars, &settings.hash_seed);
+  if (!reader.ok()) return reader.status();
+  if (settings.block_len == 0) {
+    return Fail(ErrorCode::kBadRequest, "field 'block_len' must be an integer in 1 ..= " +
+                                            std::to_string(protocol::kMaxBlockLen) + ", is 0");
+  }
+  if (ApiStatus incompatible = model_.CheckOrAdopt(settings)) return incompatible;
+
+  const EngineId id = next_engine_++;
+  *session = std::make_shared<EngineSession>(*this, id, client, settings.block_len, credentials);
+  engines_[id] = session->get();
+  counters_.Add("engines_admitted");
+  spdlog::info("engine '{}' (pid {}) said hello as engine {}", client, credentials.pid, id);
+  (*response)["node_id"] = node_id_;
+  (*response)["version"] = kVersion;
+  (*response)["wire_version"] = kWireVersion;
+  return std::nullopt;
+}
+
+session::JobId EngineRegistry::AddRoute(EngineId engine, int64_t engine_job) {
+  const session::JobId job = next_job_++;
+  routes_[job] = Route{engine, engine_job};
+  return job;
+}
+
+void EngineRegistry::DropRoute(session::JobId job) { routes_.erase(job); }
+
+EngineSession* EngineRegistry::TakeRoute(session::JobId job, int64_t* engine_job) {
+  auto route = routes_.find(job);
+  if (route == routes_.end()) return nullptr;
+  *engine_job = route->second.engine_job;
+  const EngineId engine = route->second.engine;
+  routes_.erase(route);
+  auto session = engines_.find(engine);
+  return session == engines_.end() ? nullptr : session->second;
+}
+
+void EngineRegistry::OnLoadResult(const session::JobResult& result) {
+  counters_.Add(result.success ? "load_results_succeeded" : "load_results_failed");
+  int64_t engine_job = 0;
+  if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
+    session->OnLoadResult(engine_job, result);
+  } else {
+    counters_.Add("results_dropped");
+  }
+}
+
+void EngineRegistry::OnStoreResult(const session::JobResult& result) {
+  counters_.Add(result.success ? "store_results_succeeded" : "store_results_failed");
+  int64_t engine_job = 0;
+  if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
+    session->OnStoreResult(engine_job, result);
+  } else {
+    counters_.Add("results_dropped");
+  }
+}
+
+void EngineRegistry::OnRequestFailed(const std::string& peer, const std::string& kv_request_id) {
+  counters_.Add("requests_failed");
+  auto user = kv_users_.find({peer, kv_request_id});
+  if (user == kv_users_.end()) return;
+  auto session = engines_.find(user->second);
+  if (session != engines_.end()) session->second->OnRequestFailed(kv_request_id);
+}
+
+std::optional<EngineId> EngineRegistry::KvUser(const std::string& peer, const std::string& kv_request_id) const {
+  auto user = kv_users_.find({peer, kv_request_id});
+  if (user == kv_users_.end()) return std::nullopt;
+  return user->second;
+}
+
+bool EngineRegistry::ClaimKv(const std::string& peer, const std::string& kv_request_id, EngineId engine) {
+  return kv_users_.try_emplace({peer, kv_request_id}, engine).second;
+}
+
+void EngineRegistry::ReleaseKv(const std::string& peer, const std::string& kv_request_id) {
+  kv_users_.erase({peer, kv_request_id});
+}
+
+void EngineRegistry::Unregister(EngineId engine) { engines_.erase(engine); }
+
+json::array EngineRegistry::EnginesStatus() const {
+  json::array engines;
+  for (const auto& [id, session] : engines_) {
+    json::object engine;
+    engine["client"] = session->client();
+    engine["pid"] = session->credentials().pid;
+    engine["num_blocks"] = session->num_blocks();
+    engine["published"] = index_.published(id);
+    engine["loads_in_flight"] = session->loads_in_flight();
+    engines.push_back(std::move(engine));
+  }
+  return engines;
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,432 @@
+#include "daemon/peer_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "daemon/random_token.h"
+#include "daemon/rfc3339.h"
+#include "protocol/codec.h"
+#include "protocol/frame.h"
+#include "session/connection_arbiter.h"
+
+namespace kvpeer::daemon {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr auto kInitialBackoff = std::chrono::milliseconds(100);
+constexpr auto kMaxBackoff = std::chrono::seconds(5);
+
+const char* StateName(int state) {
+  static const char* const kNames[] = {"connecting", "handshaking", "ready", "backoff", "closed"};
+  return kNames[state];
+}
+
+// "host:port" -> host, port; the port is whatever follows the last colon,
+// so "[::1]:5710" and "node-a:5710" both work.
+bool SplitPeer(const std::string& peer, std::string* host, std::string* port) {
+  auto colon = peer.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == peer.size()) return false;
+  *host = peer.substr(0, colon);
+  *port = peer.substr(colon + 1);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  return true;
+}
+
+}  // namespace
+
+PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeModel& model,
+                         session::BlockIndex& index, ResultSink& results)
+    : io_(io),
+      config_(std::move(config)),
+      model_(model),
+      index_(index),
+      results_(results),
+      epoch_(RandomEpoch()),
+      acceptor_(io),
+      supply_timer_(io) {}
+
+PeerManager::~PeerManager() = default;
+
+uint16_t PeerManager::Listen() {
+  tcp::endpoint endpoint(asio::ip::make_address(config_.listen_host), config_.listen_port);
+  acceptor_.open(endpoint.protocol());
+  acceptor_.set_option(tcp::acceptor::reuse_address(true));
+  acceptor_.bind(endpoint);
+  acceptor_.listen();
+  asio::co_spawn(io_, [this]() { return AcceptLoop(); }, asio::detached);
+  return acceptor_.local_endpoint().port();
+}
+
+std::string PeerManager::listen_address() const {
+  boost::system::error_code ec;
+  auto endpoint = acceptor_.local_endpoint(ec);
+  if (ec) return config_.listen_host + ":" + std::to_string(config_.listen_port);
+  std::string host = endpoint.address().to_string();
+  if (endpoint.address().is_v6()) host = "[" + host + "]";
+  return host + ":" + std::to_string(endpoint.port());
+}
+
+session::SessionConfig PeerManager::MakeSessionConfig() const {
+  session::SessionConfig session;
+  ModelSettings model = model_.settings();
+  session.local_id = config_.node_id;
+  session.block_len = model.block_len;
+  session.config_fingerprint = model.config_fingerprint;
+  session.hash_seed = model.hash_seed;
+  session.epoch = epoch_;
+  session.psk = config_.psk;
+  session.handshake_timeout = config_.handshake_timeout;
+  session.client.load_timeout = config_.load_timeout;
+  session.client.abort_ack_timeout = config_.abort_ack_timeout;
+  session.server.block_len = model.block_len;
+  session.random_token = RandomNonce;
+  return session;
+}
+
+// ---------------------------------------------------------------------------
+// Accepting and dialling
+
+asio::awaitable<void> PeerManager::AcceptLoop() {
+  while (acceptor_.is_open()) {
+    boost::system::error_code ec;
+    tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+      spdlog::warn("accept failed: {}", ec.message());
+      continue;
+    }
+    OnAccepted(std::move(socket));
+  }
+}
+
+void PeerManager::OnAccepted(tcp::socket socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  if (ec) return;
+  if (config_.allow_address && !config_.allow_address(remote.address())) {
+    spdlog::warn("refused peer connection from {}: address not in allow-cidr", remote.address().to_string());
+    return;  // closed before a byte is read
+  }
+  if (shutting_down_ || !model_.configured()) {
+    std::string reason = shutting_down_ ? "shutting down" : "node not configured";
+    std::string bytes = protocol::EncodeFrame(protocol::Disconnect{reason}, 0);
+    socket.non_blocking(true, ec);
+    socket.write_some(asio::buffer(bytes), ec);
+    spdlog::info("refused peer connection from {}: {}", remote.address().to_string(), reason);
+    return;
+  }
+  ConnectionListener& listener = *this;
+  auto connection = std::make_shared<PeerConnection>(std::move(socket), MakeSessionConfig(), index_, "", listener);
+  unidentified_.insert(connection);
+  connection->StartAccepted();
+}
+
+PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* error) {
+  if (!model_.configured()) {
+    *error = Fail(ErrorCode::kPeerUnavailable, "node not configured: no block_len/config_fingerprint/hash_seed yet");
+    return nullptr;
+  }
+  if (shutting_down_) {
+    *error = Fail(ErrorCode::kShuttingDown, "kvpeerd is shutting down");
+    return nullptr;
+  }
+  std::string host, port;
+  if (!SplitPeer(peer, &host, &port)) {
+    *error = Fail(ErrorCode::kBadRequest, "peer '" + peer + "' is not HOST:PORT");
+    return nullptr;
+  }
+  Peer& entry = peers_[peer];
+  if (entry.connection && !entry.connection->closed()) return entry.connection.get();
+  if (entry.state == PeerState::kBackoff && std::chrono::steady_clock::now() < entry.backoff_until) {
+    *error = Fail(ErrorCode::kPeerUnavailable, "peer " + peer + " is unreachable (" +
+                                                   entry.last_error.value_or("unknown error") +
+                                                   "); retrying after backoff");
+    return nullptr;
+  }
+  Dial(peer, entry);
+  return entry.connection.get();
+}
+
+void PeerManager::Dial(const std::string& peer, Peer& entry) {
+  std::string host, port;
+  SplitPeer(peer, &host, &port);
+  ConnectionListener& listener = *this;
+  entry.connection = std::make_shared<PeerConnection>(tcp::socket(io_), MakeSessionConfig(), index_, peer, listener);
+  SetState(entry, PeerState::kConnecting);
+  spdlog::info("peer {}: dialling", peer);
+  entry.connection->StartDial(host, port);
+}
+
+void PeerManager::SetState(Peer& entry, PeerState state) {
+  if (entry.state == state) return;
+  entry.state = state;
+  entry.since = std::chrono::system_clock::now();
+}
+
+// ---------------------------------------------------------------------------
+// Session activity
+
+void PeerManager::OnSessionActivity(PeerConnection& connection) {
+  if (!connection.dialled() && unidentified_.count(connection.shared_from_this()) &&
+      connection.session().peer_connect()) {
+    AdoptInbound(connection);
+  }
+  DeliverResults(connection);
+  auto it = peers_.find(connection.session().peer_id());
+  if (it == peers_.end() || it->second.connection.get() != &connection) return;
+  Peer& entry = it->second;
+  if (connection.session().ready() && entry.state != PeerState::kReady) {
+    SetState(entry, PeerState::kReady);
+    entry.backoff = std::chrono::milliseconds(0);
+    entry.last_error.reset();
+    spdlog::info("peer {}: ready", it->first);
+    for (auto& done : std::exchange(entry.connect_waiters, {})) done(std::nullopt);
+  } else if (entry.state == PeerState::kConnecting && connection.session().state() ==
+                                                          session::PeerSession::State::kHandshaking &&
+             connection.bytes_received() > 0) {
+    SetState(entry, PeerState::kHandshaking);
+  }
+}
+
+void PeerManager::AdoptInbound(PeerConnection& connection) {
+  auto self = connection.shared_from_this();
+  unidentified_.erase(self);
+  const std::string& peer = connection.session().peer_id();
+  Peer& entry = peers_[peer];
+  if (entry.connection && !entry.connection->closed()) {
+    session::ConnectionFacts existing{entry.connection->session().ready(), entry.connection->dialled(),
+                                      entry.connection->session().peer_connect()
+                                          ? entry.connection->session().peer_connect()->epoch
+                                          : std::string()};
+    session::ConnectionFacts incoming{false, false, connection.session().peer_connect()->epoch};
+    switch (session::ArbitrateConnections(config_.node_id, peer, existing, incoming)) {
+      case session::Arbitration::kCloseNewDuplicate:
+        connection.Close("duplicate");
+        return;
+      case session::Arbitration::kCloseOldDuplicate:
+        entry.connection->Close("duplicate");
+        break;
+      case session::Arbitration::kReplaceOld:
+        spdlog::info("peer {}: restarted (new epoch); closing the old session", peer);
+        entry.connection->Close("peer restarted");
+        break;
+      case session::Arbitration::kKeepBoth:
+        break;
+    }
+  }
+  entry.connection = self;
+  SetState(entry, connection.session().ready() ? PeerState::kReady : PeerState::kHandshaking);
+}
+
+void PeerManager::DeliverResults(PeerConnection& connection) {
+  session::SessionResults results = connection.session().TakeResults();
+  for (const auto& load : results.loads) results_.OnLoadResult(load);
+  for (const auto& store : results.stores) results_.OnStoreResult(store);
+  const std::string& peer = connection.session().peer_id();
+  for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
+  for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
+}
+
+void PeerManager::OnConnectionClosed(PeerConnection& connection) {
+  auto self = connection.shared_from_this();
+  unidentified_.erase(self);
+  auto it = peers_.find(connection.session().peer_id());
+  if (it == peers_.end() || it->second.connection != self) return;
+  Peer& entry = it->second;
+  entry.bytes_sent_closed += connection.bytes_sent();
+  entry.bytes_received_closed += connection.bytes_received();
+  entry.last_error = connection.session().close_reason();
+  bool never_ready = entry.state == PeerState::kConnecting || entry.state == PeerState::kHandshaking;
+  entry.connection.reset();
+  for (auto binding = supply_bindings_.begin(); binding != supply_bindings_.end();) {
+    binding = binding->second == it->first ? supply_bindings_.erase(binding) : std::next(binding);
+  }
+  if (never_ready && !shutting_down_) {
+    entry.backoff = entry.backoff.count() == 0 ? session::Duration(kInitialBackoff)
+                                               : std::min<session::Duration>(entry.backoff * 2, kMaxBackoff);
+    entry.backoff_until = std::chrono::steady_clock::now() + entry.backoff;
+    SetState(entry, PeerState::kBackoff);
+  } else {
+    SetState(entry, PeerState::kClosed);
+  }
+  for (auto& done : std::exchange(entry.connect_waiters, {})) {
+    done(Fail(ErrorCode::kPeerUnavailable, "peer " + it->first + ": " + *entry.last_error));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Engine work
+
+ApiStatus PeerManager::Lookup(const std::string& peer, const std::string& kv_request_id,
+                              const std::vector<protocol::Key>& keys, bool flush,
+                              std::vector<session::ProbeAnswer>* answers) {
+  answers->clear();
+  ApiStatus error;
+  PeerConnection* connection = SessionFor(peer, &error);
+  if (connection == nullptr) {
+    if (error && error->code != ErrorCode::kPeerUnavailable) return error;
+    // Wire spec section 1: while the peer backs off, probes answer miss at once.
+    answers->assign(keys.size(), session::ProbeAnswer::kMiss);
+    return std::nullopt;
+  }
+  for (const auto& key : keys) answers->push_back(connection->session().RegisterLookup(kv_request_id, key));
+  if (flush) connection->session().FlushPendingLookups();
+  connection->AfterExternalOp();
+  return std::nullopt;
+}
+
+size_t PeerManager::FlushLookups() {
+  size_t sent = 0;
+  for (auto& [peer, entry] : peers_) {
+    if (!entry.connection || entry.connection->closed()) continue;
+    sent += entry.connection->session().FlushPendingLookups();
+    entry.connection->AfterExternalOp();
+  }
+  return sent;
+}
+
+ApiStatus PeerManager::Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+                            std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+                            session::SlotSinkRef sink) {
+  ApiStatus error;
+  PeerConnection* connection = SessionFor(peer, &error);
+  if (connection == nullptr) return error;
+  Status status =
+      connection->session().RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
+  connection->AfterExternalOp();
+  if (!status.ok()) {
+    ErrorCode code = status.code() == Status::Code::kInvalid ? ErrorCode::kBadRequest : ErrorCode::kPeerUnavailable;
+    return Fail(code, status.message());
+  }
+  return std::nullopt;
+}
+
+void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                        std::vector<session::PinRef> blocks) {
+  auto binding = supply_bindings_.find(kv_request_id);
+  if (binding != supply_bindings_.end()) {
+    auto peer = peers_.find(binding->second);
+    if (peer != peers_.end() && peer->second.connection && !peer->second.connection->closed()) {
+      peer->second.connection->session().AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
+      peer->second.connection->AfterExternalOp();
+      return;
+    }
+  }
+  unbound_supply_.Add(job_id, kv_request_id, std::move(keys), std::move(blocks), std::chrono::steady_clock::now());
+  SweepUnboundSupply();
+}
+
+void PeerManager::BindSupply(PeerConnection& connection, const std::string& kv_request_id) {
+  supply_bindings_[kv_request_id] = connection.session().peer_id();
+  for (auto& job : unbound_supply_.Take(kv_request_id)) {
+    connection.session().AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
+  }
+}
+
+void PeerManager::SweepUnboundSupply() {
+  for (const auto& failed : unbound_supply_.OnTick(std::chrono::steady_clock::now())) results_.OnStoreResult(failed);
+  auto next = unbound_supply_.NextDeadline();
+  if (!next) return;
+  supply_timer_.expires_at(*next);
+  supply_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) SweepUnboundSupply();
+  });
+}
+
+void PeerManager::Finish(const std::string& kv_request_id) {
+  // Unbound supply stays: a prefiller finishes its request before the
+  // decoder fetches, and the supply must still meet that fetch.
+  supply_bindings_.erase(kv_request_id);
+  for (auto& [peer, entry] : peers_) {
+    if (!entry.connection || entry.connection->closed()) continue;
+    entry.connection->session().Finish(kv_request_id);
+    entry.connection->AfterExternalOp();
+  }
+}
+
+size_t PeerManager::LoadsInFlight() const {
+  size_t total = 0;
+  for (const auto& [peer, entry] : peers_) {
+    if (entry.connection && !entry.connection->closed()) total += entry.connection->session().LoadsInFlight();
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------------------
+// Operator operations
+
+void PeerManager::Connect(const std::string& peer, std::function<void(ApiStatus)> done) {
+  ApiStatus error;
+  PeerConnection* connection = SessionFor(peer, &error);
+  if (connection == nullptr) {
+    done(error);
+    return;
+  }
+  if (connection->session().ready()) {
+    done(std::nullopt);
+    return;
+  }
+  peers_[peer].connect_waiters.push_back(std::move(done));
+}
+
+ApiStatus PeerManager::Disconnect(const std::string& peer) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) {
+    return Fail(ErrorCode::kNotFound, "no session with peer '" + peer + "'");
+  }
+  auto connection = it->second.connection;  // keeps it alive through Close
+  connection->Close("disconnected by operator");
+  return std::nullopt;
+}
+
+boost::json::array PeerManager::PeersStatus() const {
+  boost::json::array peers;
+  for (const auto& [peer_id, entry] : peers_) {
+    boost::json::object peer;
+    const PeerConnection* connection = entry.connection.get();
+    peer["peer_id"] = peer_id;
+    peer["state"] = StateName(static_cast<int>(entry.state));
+    peer["since"] = FormatRfc3339(entry.since);
+    auto rtt = connection ? connection->session().rtt() : std::nullopt;
+    if (rtt) {
+      peer["rtt_us"] = std::chrono::duration_cast<std::chrono::microseconds>(*rtt).count();
+    } else {
+      peer["rtt_us"] = nullptr;
+    }
+    peer["bytes_sent"] = entry.bytes_sent_closed + (connection ? connection->bytes_sent() : 0);
+    peer["bytes_received"] = entry.bytes_received_closed + (connection ? connection->bytes_received() : 0);
+    peer["loads_in_flight"] = connection ? connection->session().LoadsInFlight() : 0;
+    peer["rounds_serving"] = connection ? connection->session().RoundsServing() : 0;
+    if (entry.last_error) {
+      peer["last_error"] = *entry.last_error;
+    } else {
+      peer["last_error"] = nullptr;
+    }
+    peers.push_back(std::move(peer));
+  }
+  return peers;
+}
+
+void PeerManager::Shutdown(const std::string& reason) {
+  shutting_down_ = true;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  supply_timer_.cancel();
+  for (auto& connection : std::vector<std::shared_ptr<PeerConnection>>(unidentified_.begin(), unidentified_.end())) {
+    connection->Close(reason);
+  }
+  for (auto& [peer, entry] : peers_) {
+    if (auto connection = entry.connection) connection->Close(reason);
+  }
+  for (const auto& failed : unbound_supply_.CancelAll(reason)) results_.OnStoreResult(failed);
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,102 @@
+#include "daemon/shm_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "daemon/unique_fd.h"
+
+namespace kvpeer::daemon {
+namespace {
+
+constexpr uint64_t kMaxNumBlocks = uint64_t{1} << 31;
+
+std::string Errno(int err) { return std::strerror(err); }
+
+// Checks the shape and computes offset + num_blocks * block_len without
+// overflow. The result must also fit size_t and off_t, since it becomes an
+// mmap length and a file offset.
+ApiStatus CheckShape(const RegionShape& shape, uint64_t* end) {
+  if (shape.num_blocks == 0 || shape.num_blocks > kMaxNumBlocks) {
+    return Fail(ErrorCode::kBadRequest, "num_blocks must be 1 ..= " + std::to_string(kMaxNumBlocks) + ", is " +
+                                            std::to_string(shape.num_blocks));
+  }
+  if (shape.block_len == 0) return Fail(ErrorCode::kBadRequest, "block_len must be > 0");
+  constexpr uint64_t kMaxEnd = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
+  const uint64_t max_bytes = kMaxEnd / shape.num_blocks;
+  if (shape.block_len > max_bytes || shape.offset > kMaxEnd - shape.num_blocks * shape.block_len) {
+    return Fail(ErrorCode::kBadRequest, "offset " + std::to_string(shape.offset) + " + num_blocks " +
+                                            std::to_string(shape.num_blocks) + " * block_len " +
+                                            std::to_string(shape.block_len) + " overflows a file size");
+  }
+  *end = shape.offset + shape.num_blocks * shape.block_len;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiStatus ShmRegion::MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
+                             std::shared_ptr<ShmRegion>* out) {
+  const std::string what = "region file '" + path + "'";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) {
+    return Fail(ErrorCode::kBadRequest, what + " cannot be opened read-write: " + Errno(errno));
+  }
+  if (owner_uid) {
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Fail(ErrorCode::kBadRequest, what + ": fstat failed: " + Errno(errno));
+    if (st.st_uid != *owner_uid) {
+      return Fail(ErrorCode::kBadRequest, what + " belongs to uid " + std::to_string(st.st_uid) +
+                                              ", not to the engine's uid " + std::to_string(*owner_uid));
+    }
+  }
+  return Map(fd.get(), what, shape, out);
+}
+
+ApiStatus ShmRegion::MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out) {
+  return Map(fd, "the region passed by descriptor", shape, out);
+}
+
+ApiStatus ShmRegion::Map(int fd, const std::string& what, const RegionShape& shape,
+                         std::shared_ptr<ShmRegion>* out) {
+  uint64_t end = 0;
+  if (ApiStatus bad = CheckShape(shape, &end)) return bad;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Fail(ErrorCode::kBadRequest, what + ": fstat failed: " + Errno(errno));
+  const uint64_t size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  if (size < end) {
+    return Fail(ErrorCode::kBadRequest,
+                what + " has " + std::to_string(size) + " bytes, fewer than offset " + std::to_string(shape.offset) +
+                    " + num_blocks " + std::to_string(shape.num_blocks) + " * block_len " +
+                    std::to_string(shape.block_len) + " = " + std::to_string(end));
+  }
+  // mmap wants a page-aligned file offset: map from the page holding
+  // `offset` and remember how far into it block 0 starts.
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t lead = shape.offset % page;
+  const uint64_t mapping_len = lead + (end - shape.offset);
+  if (mapping_len > std::numeric_limits<size_t>::max()) {
+    return Fail(ErrorCode::kBadRequest, what + ": " + std::to_string(mapping_len) + " bytes cannot be mapped");
+  }
+  void* mapping = ::mmap(nullptr, static_cast<size_t>(mapping_len), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                         static_cast<off_t>(shape.offset - lead));
+  if (mapping == MAP_FAILED) {
+    return Fail(ErrorCode::kBadRequest, what + " cannot be mapped read-write shared: " + Errno(errno));
+  }
+  uint8_t* base = static_cast<uint8_t*>(mapping) + lead;
+  out->reset(new ShmRegion(mapping, static_cast<size_t>(mapping_len), base, shape));
+  return std::nullopt;
+}
+
+ShmRegion::~ShmRegion() { ::munmap(mapping_, mapping_len_); }
+
+std::span<uint8_t> ShmRegion::Block(uint32_t index) const {
+  return {base_ + uint64_t{index} * shape_.block_len, static_cast<size_t>(shape_.block_len)};
+}
+
+}  // namespace kvpeer::daemon

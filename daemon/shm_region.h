@@ -1,0 +1,69 @@
+// ShmRegion: one engine's block region, mapped into the daemon.
+//
+// The engine names a file (typically under /dev/shm) or passes a descriptor
+// over the control socket; the daemon maps `num_blocks * block_len` bytes of
+// it starting at `offset`, MAP_SHARED, so block bytes move between the
+// engine's memory and the wire without copies on the daemon's side. The
+// mapping is released when the last shared_ptr to the region drops, which is
+// how "unmapped once no transfer touches it" holds by construction: pins and
+// slot sinks hold the region.
+//
+// Thread-safety: immutable after mapping; the bytes themselves are shared
+// with the engine process and are not synchronised by this class.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "daemon/api_error.h"
+
+namespace kvpeer::daemon {
+
+struct RegionShape {
+  uint64_t num_blocks = 0;  // 1 ..= 2^31 (block ids are 0 ..= 2^31 - 1 on the wire)
+  uint64_t block_len = 0;   // > 0
+  uint64_t offset = 0;      // bytes from the start of the file; any value
+};
+
+class ShmRegion {
+ public:
+  // Opens `path` read-write and maps it. bad_request (naming the path and
+  // the sizes) when the file cannot be opened, is smaller than
+  // offset + num_blocks * block_len, or the shape is invalid. When
+  // `owner_uid` is set, the file must belong to that uid: the daemon may run
+  // with more rights than the engine and must not expose files the engine
+  // could not read itself.
+  static ApiStatus MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
+                           std::shared_ptr<ShmRegion>* out);
+  // Maps an already open descriptor (e.g. received with SCM_RIGHTS). The
+  // caller keeps ownership of `fd`; the mapping outlives it.
+  static ApiStatus MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
+
+  ~ShmRegion();
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+
+  uint32_t num_blocks() const { return static_cast<uint32_t>(shape_.num_blocks); }
+  uint64_t block_len() const { return shape_.block_len; }
+  uint64_t bytes() const { return shape_.num_blocks * shape_.block_len; }
+
+  // REQUIRES: index < num_blocks().
+  std::span<uint8_t> Block(uint32_t index) const;
+
+ private:
+  ShmRegion(void* mapping, size_t mapping_len, uint8_t* base, RegionShape shape)
+      : mapping_(mapping), mapping_len_(mapping_len), base_(base), shape_(shape) {}
+
+  // `what` names the source in error messages ("file '/dev/shm/x'").
+  static ApiStatus Map(int fd, const std::string& what, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
+
+  void* mapping_;       // page-aligned start, as returned by mmap
+  size_t mapping_len_;  // as passed to mmap
+  uint8_t* base_;       // mapping_ + (offset % page size): block 0
+  RegionShape shape_;
+};
+
+}  // namespace kvpeer::daemon

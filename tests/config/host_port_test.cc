@@ -1,0 +1,48 @@
+#include "config/host_port.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+namespace kvpeer::config {
+namespace {
+
+TEST_CASE("HOST:PORT forms that parse") {
+  struct Case {
+    std::string text, host;
+    uint16_t port;
+  };
+  for (const Case& c :
+       {Case{"127.0.0.1:5710", "127.0.0.1", 5710}, Case{"node-a.example:1", "node-a.example", 1},
+        Case{"[::1]:0", "::1", 0}, Case{"[fd00::7]:65535", "fd00::7", 65535}, Case{"host_1:080", "host_1", 80}}) {
+    std::optional<HostPort> parsed = ParseHostPort(c.text);
+    INFO(c.text);
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->host == c.host);
+    CHECK(parsed->port == c.port);
+  }
+}
+
+TEST_CASE("HOST:PORT forms that do not") {
+  for (std::string text : {"", "host", ":5710", "host:", "host:65536", "host:-1", "host:+1", "host:5710 ", " host:5710",
+                           "::1:5710", "[::1]", "[nonsense]:1", "[::1:5710", "a b:1", "host:000001"}) {
+    INFO(text);
+    CHECK_FALSE(ParseHostPort(text).has_value());
+  }
+}
+
+TEST_CASE("formatting brackets IPv6 hosts") {
+  CHECK(FormatHostPort({"::1", 5710}) == "[::1]:5710");
+  CHECK(FormatHostPort({"node", 1}) == "node:1");
+}
+
+TEST_CASE("wildcard hosts") {
+  CHECK(IsWildcardHost("0.0.0.0"));
+  CHECK(IsWildcardHost("::"));
+  CHECK(IsWildcardHost("0::0"));
+  CHECK_FALSE(IsWildcardHost("127.0.0.1"));
+  CHECK_FALSE(IsWildcardHost("::1"));
+  CHECK_FALSE(IsWildcardHost("localhost"));
+}
+
+}  // namespace
+}  // namespace kvpeer::config

@@ -1,0 +1,107 @@
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "daemon/shm_region.h"
+#include "daemon_fixture.h"
+
+namespace kvpeer::daemon {
+namespace {
+
+using testing::MakeMemfd;
+using testing::ShmFile;
+
+std::string BlockText(const ShmRegion& region, uint32_t index) {
+  auto block = region.Block(index);
+  return std::string(reinterpret_cast<const char*>(block.data()), block.size());
+}
+
+TEST_CASE("a region file is mapped shared: engine writes are visible and daemon writes reach the file") {
+  ShmFile file(4 * 16);
+  std::shared_ptr<ShmRegion> region;
+  REQUIRE_FALSE(ShmRegion::MapPath(file.path(), {4, 16, 0}, std::nullopt, &region));
+  CHECK(region->num_blocks() == 4);
+  CHECK(region->bytes() == 64);
+
+  file.Write(16, std::string(16, 'b'));
+  CHECK(BlockText(*region, 1) == std::string(16, 'b'));
+
+  std::memset(region->Block(3).data(), 'z', 16);
+  CHECK(file.Read(48, 16) == std::string(16, 'z'));
+}
+
+TEST_CASE("a region at an offset that is not page aligned starts exactly at the offset") {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t offset = page + 100;
+  ShmFile file(offset + 3 * 32);
+  file.Write(offset, std::string(32, 'x') + std::string(32, 'y'));
+  std::shared_ptr<ShmRegion> region;
+  REQUIRE_FALSE(ShmRegion::MapPath(file.path(), {3, 32, offset}, std::nullopt, &region));
+  CHECK(BlockText(*region, 0) == std::string(32, 'x'));
+  CHECK(BlockText(*region, 1) == std::string(32, 'y'));
+}
+
+TEST_CASE("a region file smaller than offset + num_blocks * block_len is a bad_request naming the sizes") {
+  ShmFile file(100);
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapPath(file.path(), {4, 32, 0}, std::nullopt, &region);
+  REQUIRE(status);
+  CHECK(status->code == ErrorCode::kBadRequest);
+  CHECK_THAT(status->message, Catch::Contains("100 bytes") && Catch::Contains("= 128"));
+  CHECK(region == nullptr);
+
+  status = ShmRegion::MapPath(file.path(), {3, 32, 8}, std::nullopt, &region);
+  REQUIRE(status);
+  CHECK_THAT(status->message, Catch::Contains("offset 8"));
+}
+
+TEST_CASE("a missing region file is a bad_request naming the path") {
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapPath("/nonexistent/kvpeer-region", {1, 16, 0}, std::nullopt, &region);
+  REQUIRE(status);
+  CHECK(status->code == ErrorCode::kBadRequest);
+  CHECK_THAT(status->message, Catch::Contains("/nonexistent/kvpeer-region"));
+}
+
+TEST_CASE("a region file of another owner is refused when the owner is checked") {
+  ShmFile file(64);
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapPath(file.path(), {4, 16, 0}, ::geteuid() + 1, &region);
+  REQUIRE(status);
+  CHECK(status->code == ErrorCode::kBadRequest);
+  CHECK_THAT(status->message, Catch::Contains("uid"));
+  CHECK_FALSE(ShmRegion::MapPath(file.path(), {4, 16, 0}, ::geteuid(), &region));
+}
+
+TEST_CASE("shapes whose size overflows are refused without mapping") {
+  ShmFile file(64);
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapPath(file.path(), {uint64_t{1} << 31, uint64_t{1} << 40, 0}, std::nullopt, &region);
+  REQUIRE(status);
+  CHECK_THAT(status->message, Catch::Contains("overflows"));
+  status = ShmRegion::MapPath(file.path(), {1, 16, ~uint64_t{0} - 4}, std::nullopt, &region);
+  REQUIRE(status);
+  CHECK(status->code == ErrorCode::kBadRequest);
+  CHECK(ShmRegion::MapPath(file.path(), {0, 16, 0}, std::nullopt, &region));
+  CHECK(ShmRegion::MapPath(file.path(), {(uint64_t{1} << 31) + 1, 1, 0}, std::nullopt, &region));
+}
+
+TEST_CASE("a region is mapped from a descriptor and outlives it") {
+  std::shared_ptr<ShmRegion> region;
+  {
+    UniqueFd fd = MakeMemfd(2 * 16);
+    REQUIRE(::pwrite(fd.get(), "0123456789abcdef", 16, 16) == 16);
+    REQUIRE_FALSE(ShmRegion::MapFd(fd.get(), {2, 16, 0}, &region));
+  }
+  CHECK(BlockText(*region, 1) == "0123456789abcdef");
+
+  UniqueFd small = MakeMemfd(8);
+  ApiStatus status = ShmRegion::MapFd(small.get(), {2, 16, 0}, &region);
+  REQUIRE(status);
+  CHECK_THAT(status->message, Catch::Contains("descriptor") && Catch::Contains("8 bytes"));
+}
+
+}  // namespace
+}  // namespace kvpeer::daemon
