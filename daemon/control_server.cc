@@ -162,7 +162,8 @@ void ControlServer::OnAccepted(Local::socket socket) {
   }
   spdlog::info("control connection from pid {} uid {} gid {}", peer.pid, peer.uid, peer.gid);
   engines_.counters().Add("control_connections");
-  auto connection = std::make_shared<ControlConnection>(std::move(socket), credentials, static_cast<ControlHandler*>(this));
+  ControlHandler* handler = this;
+  auto connection = std::make_shared<ControlConnection>(std::move(socket), credentials, handler);
   connections_[connection.get()] = connection;
   connection->Start();
 }
@@ -224,8 +225,8 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
 }
 
 asio::awaitable<ApiStatus> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
-                                                   const json::object& request, const std::string& op,
-                                                   ControlLine& line, json::object* response) {
+                                                   const json::object& request, std::string op, ControlLine& line,
+                                                   json::object* response) {
   if (op == "status") {
     *response = Status();
     co_return std::nullopt;

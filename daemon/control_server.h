@@ -93,10 +93,11 @@ class ControlServer : private ControlHandler {
   std::string TooLargeResponse() override;
   void OnConnectionClosed(ControlConnection* connection) override;
 
-  // One parsed request; fills *response with the op's fields.
+  // One parsed request; fills *response with the op's fields. Coroutine:
+  // reference parameters must live in the caller's frame (op is a copy).
   boost::asio::awaitable<ApiStatus> Dispatch(std::shared_ptr<ControlConnection> connection,
-                                             const boost::json::object& request, const std::string& op,
-                                             ControlLine& line, boost::json::object* response);
+                                             const boost::json::object& request, std::string op, ControlLine& line,
+                                             boost::json::object* response);
   ApiStatus EngineOp(ControlConnection& connection, const boost::json::object& request, const std::string& op,
                      ControlLine& line, boost::json::object* response);
   boost::asio::awaitable<ApiStatus> ConnectOp(const boost::json::object& request);

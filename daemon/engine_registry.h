@@ -56,6 +56,9 @@ class EngineRegistry : public ResultSink {
   void set_peer_service(PeerService* peers) { peers_ = peers; }
   // Null until attached.
   PeerService* peer_service() const { return peers_; }
+  // The node id answered to `hello`, when known only once the peer
+  // listener is bound (a port 0 listen).
+  void set_node_id(std::string node_id) { node_id_ = std::move(node_id); }
 
   // The `hello` op: checks the engine's settings against the node's and
   // opens its session. On success *session is set and *response holds

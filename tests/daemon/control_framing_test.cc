@@ -20,7 +20,43 @@ TEST_CASE("the control socket is created with mode 0660") {
   CHECK((st.st_mode & 0777) == 0660);
 }
 
-TEST_CASE("a stale socket file is replaced, a live one is not") {
+// A registry of its own for servers started outside the Daemon fixture.
+struct Bare {
+  boost::asio::io_context io;
+  NodeModel model{kBlockLen, std::nullopt, std::nullopt};
+  NodeBlockIndex index;
+  EngineRegistry registry{io.get_executor(), model, index, "node-a:5710"};
+};
+
+TEST_CASE("a stale socket file is replaced") {
+  const std::string path = TempPath("/tmp", ".sock");
+  {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  }  // closed without unlinking: a crashed daemon's leftover
+  Bare bare;
+  ControlServerOptions options;
+  options.socket_path = path;
+  ControlServer server(bare.io, options, bare.registry);
+  CHECK_FALSE(server.Start());
+}
+
+TEST_CASE("a file that is not a socket is never replaced") {
+  ShmFile file(1);
+  Bare bare;
+  ControlServerOptions options;
+  options.socket_path = file.path();
+  ControlServer server(bare.io, options, bare.registry);
+  ApiStatus status = server.Start();
+  REQUIRE(status);
+  CHECK_THAT(status->message, Catch::Contains("not a socket"));
+  CHECK(::access(file.path().c_str(), F_OK) == 0);
+}
+
+TEST_CASE("a live socket file is not replaced") {
   Daemon daemon;
   boost::asio::io_context io;
   EngineRegistry& registry = daemon.registry();

@@ -48,6 +48,13 @@ TEST_CASE("hello answers node_id, version and wire_version; a second hello is co
   CHECK(status.at("engines").at(0).at("pid") == ::getpid());
 }
 
+TEST_CASE("hello answers the node id set once the peer listener is bound") {
+  Daemon daemon;
+  daemon.registry().set_node_id("node-a:40123");
+  Client client(daemon);
+  CHECK(client.Call(Hello()).at("node_id") == "node-a:40123");
+}
+
 TEST_CASE("hello settings that differ from the node's are incompatible, naming the field") {
   Daemon daemon;
   Client first(daemon);
