@@ -2,8 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "config/cidr.h"
 #include "daemon/block_index.h"
@@ -11,6 +19,7 @@
 #include "daemon/engine_registry.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_manager.h"
+#include "daemon/systemd_notify.h"
 
 namespace kvpeer::daemon {
 
@@ -38,6 +47,28 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
   return peers;
 }
 
+// The one-line state systemd shows (`systemctl status`).
+std::string StatusText(const std::string& node_id, const PeerManager& peers, const EngineRegistry& engines) {
+  size_t ready = 0;
+  for (const boost::json::value& peer : peers.PeersStatus()) {
+    if (peer.as_object().at("state") == "ready") ++ready;
+  }
+  return fmt::format("node {}, {} peers ready, {} engines", node_id, ready, engines.engine_count());
+}
+
+// Sends WATCHDOG=1 (with a fresh status) every `period` for as long as the
+// event loop turns, so a stuck loop lets systemd's watchdog fire.
+boost::asio::awaitable<void> FeedWatchdog(boost::asio::steady_timer& timer, std::chrono::microseconds period,
+                                          std::function<std::string()> status) {
+  for (;;) {
+    timer.expires_after(period);
+    boost::system::error_code ec;
+    co_await timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    if (ec) co_return;
+    systemd::Watchdog(status());
+  }
+}
+
 }  // namespace
 
 struct Daemon::Parts {
@@ -46,7 +77,8 @@ struct Daemon::Parts {
         engines(io.get_executor(), model, index, settings.node_id),
         peers(io, MakePeerConfig(settings), model, index, engines),
         signals(io, SIGTERM, SIGINT),
-        drain_timer(io) {
+        drain_timer(io),
+        watchdog_timer(io) {
     engines.set_peer_service(&peers);
   }
 
@@ -57,6 +89,7 @@ struct Daemon::Parts {
   std::unique_ptr<ControlServer> control;
   boost::asio::signal_set signals;
   boost::asio::steady_timer drain_timer;
+  boost::asio::steady_timer watchdog_timer;
 };
 
 Daemon::Daemon(config::Settings settings) : settings_(std::move(settings)) {}
@@ -74,6 +107,7 @@ int Daemon::Run() {
   }
   settings_.node_id = config::ResolveNodeId(settings_, port);
   parts_->peers.set_node_id(settings_.node_id);
+  parts_->engines.set_node_id(settings_.node_id);
 
   ControlServerOptions options;
   options.socket_path = settings_.socket_path;
@@ -86,9 +120,12 @@ int Daemon::Run() {
     return 1;
   }
 
-  parts_->signals.async_wait([this](boost::system::error_code ec, int signal) {
+  bool draining = false;  // from the signal on, systemd's STATUS says so
+  parts_->signals.async_wait([this, &draining](boost::system::error_code ec, int signal) {
     if (ec) return;
     spdlog::info("received signal {}: draining", signal);
+    draining = true;
+    systemd::Stopping("draining");
     parts_->control->BeginShutdown();
     parts_->peers.Shutdown("kvpeerd is shutting down");
     // Results are queued for the engines now; give their polls a moment.
@@ -101,6 +138,13 @@ int Daemon::Run() {
 
   spdlog::info("kvpeerd ready: node_id={} listen={} socket={}", settings_.node_id, parts_->peers.listen_address(),
                settings_.socket_path);
+  auto status = [this, &draining] {
+    return draining ? std::string("draining") : StatusText(settings_.node_id, parts_->peers, parts_->engines);
+  };
+  systemd::Ready(status());
+  if (std::optional<std::chrono::microseconds> timeout = systemd::WatchdogInterval()) {
+    boost::asio::co_spawn(io_, FeedWatchdog(parts_->watchdog_timer, *timeout / 2, status), boost::asio::detached);
+  }
   io_.run();
   spdlog::info("kvpeerd stopped");
   return 0;

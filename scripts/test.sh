@@ -16,6 +16,8 @@ fuzz_seconds=${FUZZ_SECONDS:-60}
 echo "== fuzzing (${fuzz_seconds} s per target)"
 scripts/fuzz.sh "$fuzz_seconds"
 
+scripts/systemd-check.sh
+
 echo "== ASan+UBSan build and tests"
 scripts/setup.sh --build-dir build-asan --type Debug --sanitize
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
