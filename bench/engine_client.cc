@@ -1,0 +1,289 @@
+#include "bench/engine_client.h"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "bench/util.h"
+
+namespace kvpeer::bench {
+
+namespace json = boost::json;
+
+// ---------------------------------------------------------------------------
+// EngineClient
+
+EngineClient::EngineClient(const std::string& path) : path_(path) {
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw BenchError("socket(AF_UNIX): " + ErrnoText(errno));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) throw BenchError("control socket path too long: " + path);
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw BenchError("cannot connect to kvpeerd at " + path + ": " + ErrnoText(error));
+  }
+}
+
+EngineClient::~EngineClient() { Close(); }
+
+void EngineClient::Close() {
+  if (fd_ < 0) return;
+  ::shutdown(fd_, SHUT_RDWR);
+  ::close(fd_);
+  fd_ = -1;
+}
+
+void EngineClient::Send(std::string_view line, int fd) {
+  if (fd_ < 0) throw BenchError("control connection to " + path_ + " is closed");
+  std::string data(line);
+  data.push_back('\n');
+  size_t sent = 0;
+  bool first = true;
+  while (sent < data.size()) {
+    iovec iov{data.data() + sent, data.size() - sent};
+    msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (first && fd >= 0) {
+      std::memset(control, 0, sizeof(control));
+      message.msg_control = control;
+      message.msg_controllen = sizeof(control);
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    }
+    const ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw BenchError("sending to kvpeerd at " + path_ + ": " + ErrnoText(errno));
+    sent += static_cast<size_t>(n);
+    first = false;
+  }
+}
+
+std::string EngineClient::ReadLine() {
+  for (;;) {
+    const size_t newline = buffer_.find('\n', begin_);
+    if (newline != std::string::npos) {
+      std::string line = buffer_.substr(begin_, newline - begin_);
+      begin_ = newline + 1;
+      if (begin_ == buffer_.size()) {
+        buffer_.clear();
+        begin_ = 0;
+      }
+      return line;
+    }
+    if (begin_ > 0) {
+      buffer_.erase(0, begin_);
+      begin_ = 0;
+    }
+    char chunk[65536];
+    const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw BenchError("reading from kvpeerd at " + path_ + ": " + ErrnoText(errno));
+    if (n == 0) throw BenchError("kvpeerd at " + path_ + " closed the control connection");
+    buffer_.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+json::object EngineClient::Read() {
+  const std::string line = ReadLine();
+  boost::system::error_code ec;
+  json::value value = json::parse(line, ec);
+  if (ec || !value.is_object()) throw BenchError("kvpeerd at " + path_ + " answered with a non-object: " + line);
+  return std::move(value.as_object());
+}
+
+json::object EngineClient::ReadOk(std::string_view what) {
+  json::object answer = Read();
+  const json::value* ok = answer.if_contains("ok");
+  if (ok == nullptr || !ok->is_bool() || !ok->get_bool()) {
+    throw BenchError(std::string(what) + " failed at " + path_ + ": " + json::serialize(answer));
+  }
+  return answer;
+}
+
+json::object EngineClient::Call(std::string_view line, std::string_view what, int fd) {
+  Send(line, fd);
+  return ReadOk(what);
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+
+namespace request {
+namespace {
+
+void AppendStrings(std::string* out, const std::vector<std::string>& items) {
+  out->push_back('[');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    out->push_back('"');
+    out->append(items[i]);
+    out->push_back('"');
+  }
+  out->push_back(']');
+}
+
+void AppendInts(std::string* out, const std::vector<uint32_t>& items) {
+  out->push_back('[');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    out->append(std::to_string(items[i]));
+  }
+  out->push_back(']');
+}
+
+std::string Quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+}  // namespace
+
+std::string Hello(std::string_view client, uint64_t block_len, std::string_view fingerprint, std::string_view seed) {
+  return "{\"op\":\"hello\",\"client\":" + Quoted(client) + ",\"block_len\":" + std::to_string(block_len) +
+         ",\"config_fingerprint\":" + Quoted(fingerprint) + ",\"hash_seed\":" + Quoted(seed) + "}";
+}
+
+std::string RegisterFd(uint64_t num_blocks) {
+  return "{\"op\":\"register_region\",\"fd\":true,\"num_blocks\":" + std::to_string(num_blocks) + "}";
+}
+
+std::string Publish(const std::vector<std::string>& keys, const std::vector<uint32_t>& block_ids) {
+  std::string out = "{\"op\":\"publish\",\"keys\":";
+  AppendStrings(&out, keys);
+  out += ",\"block_ids\":";
+  AppendInts(&out, block_ids);
+  out += "}";
+  return out;
+}
+
+std::string Lookup(std::string_view peer, std::string_view kv, const std::vector<std::string>& keys, bool flush) {
+  std::string out = "{\"op\":\"lookup\",\"peer\":" + Quoted(peer) + ",\"kv_request_id\":" + Quoted(kv) + ",\"keys\":";
+  AppendStrings(&out, keys);
+  if (flush) out += ",\"flush\":true";
+  out += "}";
+  return out;
+}
+
+std::string Flush() { return "{\"op\":\"flush\"}"; }
+
+std::string Load(int64_t job_id, std::string_view peer, std::string_view kv, const std::vector<std::string>& keys,
+                 const std::vector<uint32_t>& block_ids) {
+  std::string out = "{\"op\":\"load\",\"job_id\":" + std::to_string(job_id) + ",\"peer\":" + Quoted(peer) +
+                    ",\"kv_request_id\":" + Quoted(kv) + ",\"keys\":";
+  AppendStrings(&out, keys);
+  out += ",\"block_ids\":";
+  AppendInts(&out, block_ids);
+  out += "}";
+  return out;
+}
+
+std::string Poll(int64_t wait_ms) { return "{\"op\":\"poll\",\"wait_ms\":" + std::to_string(wait_ms) + "}"; }
+
+std::string Finish(std::string_view kv) { return "{\"op\":\"finish\",\"kv_request_id\":" + Quoted(kv) + "}"; }
+
+std::string Connect(std::string_view peer) { return "{\"op\":\"connect\",\"peer\":" + Quoted(peer) + "}"; }
+
+std::string Status() { return "{\"op\":\"status\"}"; }
+
+}  // namespace request
+
+LookupCounts CountLookup(const json::object& answer) {
+  LookupCounts counts;
+  const json::value* results = answer.if_contains("results");
+  if (results == nullptr || !results->is_array()) throw BenchError("lookup answer without results");
+  for (const json::value& item : results->get_array()) {
+    if (!item.is_string()) throw BenchError("lookup result that is not a string");
+    const json::string& text = item.get_string();
+    if (text == "hit") {
+      ++counts.hit;
+    } else if (text == "miss") {
+      ++counts.miss;
+    } else {
+      ++counts.retry;
+    }
+  }
+  return counts;
+}
+
+std::string BlockKey(uint32_t space, uint32_t index) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  const uint64_t value = (uint64_t{space} << 32) | index;
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i) out[static_cast<size_t>(15 - i)] = kDigits[(value >> (4 * i)) & 0xf];
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Region
+
+namespace {
+
+uint64_t Seed(uint64_t source_id) {
+  uint64_t x = (source_id + 1) * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 31;
+  return x * 0xbf58476d1ce4e5b9ull;
+}
+
+constexpr uint64_t kStep = 0x2545f4914f6cdd1dull;
+
+}  // namespace
+
+Region::Region(uint64_t num_blocks, uint64_t block_len) : num_blocks_(num_blocks), block_len_(block_len) {
+  const uint64_t bytes = num_blocks * block_len;
+  fd_ = ::memfd_create("kvpeer-bench-region", MFD_CLOEXEC);
+  if (fd_ < 0) throw BenchError("memfd_create: " + ErrnoText(errno));
+  if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) throw BenchError("ftruncate region: " + ErrnoText(errno));
+  void* mapping = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (mapping == MAP_FAILED) throw BenchError("mmap region: " + ErrnoText(errno));
+  base_ = static_cast<uint8_t*>(mapping);
+  std::memset(base_, 0, bytes);  // allocates the pages now, not during a measurement
+}
+
+Region::~Region() {
+  if (base_ != nullptr) ::munmap(base_, num_blocks_ * block_len_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::span<uint8_t> Region::Block(uint64_t index) const {
+  return {base_ + index * block_len_, static_cast<size_t>(block_len_)};
+}
+
+void Region::Fill(uint64_t index, uint64_t source_id) {
+  auto block = Block(index);
+  const uint64_t seed = Seed(source_id);
+  const size_t words = block.size() / 8;
+  uint64_t* out = reinterpret_cast<uint64_t*>(block.data());
+  for (size_t i = 0; i < words; ++i) out[i] = seed + i * kStep;
+  for (size_t i = words * 8; i < block.size(); ++i) block[i] = static_cast<uint8_t>(seed >> (i % 8));
+}
+
+bool Region::Verify(uint64_t index, uint64_t source_id) const {
+  auto block = Block(index);
+  const uint64_t seed = Seed(source_id);
+  const size_t words = block.size() / 8;
+  const uint64_t* in = reinterpret_cast<const uint64_t*>(block.data());
+  uint64_t diff = 0;
+  for (size_t i = 0; i < words; ++i) diff |= in[i] ^ (seed + i * kStep);
+  for (size_t i = words * 8; i < block.size(); ++i) diff |= block[i] ^ static_cast<uint8_t>(seed >> (i % 8));
+  return diff == 0;
+}
+
+void Region::Scribble(uint64_t index) {
+  auto block = Block(index);
+  std::memset(block.data(), 0xa5, block.size());
+}
+
+}  // namespace kvpeer::bench

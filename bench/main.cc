@@ -1,0 +1,683 @@
+// kvpeer-bench: measures kvpeerd against this machine's own limits in one
+// run (docs/performance.md).
+//
+//   kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR] [--only PART]
+//                [--daemon-arg ARG]... [--keep-dir]
+//
+// Exit status: 0 when every measurement ran and its numbers are sane
+// (transfers complete, sampled bytes verified, figures positive), whether or
+// not the targets are met; 1 when a measurement failed; 2 on bad usage.
+#include <signal.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include <boost/json/serialize.hpp>
+
+#include "bench/baselines.h"
+#include "bench/concurrency.h"
+#include "bench/daemon_process.h"
+#include "bench/report.h"
+#include "bench/scenarios.h"
+#include "bench/util.h"
+
+namespace kvpeer::bench {
+namespace {
+
+namespace json = boost::json;
+constexpr uint64_t kMiB = 1024 * 1024;
+constexpr uint64_t kKiB = 1024;
+// Pause between paced samples: an engine's scheduler steps are this far
+// apart or more, so the daemons go idle between requests.
+constexpr int64_t kPaceUs = 200;
+
+struct Options {
+  bool smoke = false;
+  std::string json_path;
+  std::string bin_dir;
+  std::string only;  // "", "baselines", "bulk", "concurrency"
+  std::vector<std::string> daemon_args;
+  std::string daemon_wrapper;
+  bool keep_dir = false;
+};
+
+// Everything that differs between the full run and the smoke run.
+struct Sizes {
+  uint64_t bulk_total;     // bytes per measured bulk pass
+  uint64_t region_bytes;   // source and destination region per node
+  uint64_t load_bytes;     // bytes per load
+  int depth;               // loads in flight
+  int rtt_count;           // baseline round trips
+  int lookup_count;        // peer lookup samples (idle)
+  int control_count;       // control-op samples
+  uint64_t memcpy_total;
+  std::vector<int> peer_counts;
+  std::vector<int> concurrency;
+  int probes;  // probe requests per (peers, N)
+  int rounds;  // bulk rounds (raw TCP then daemons), medians reported
+  int busy_lookups_min;  // lookup samples during bulk, at least
+};
+
+Sizes FullSizes() {
+  return Sizes{1024 * kMiB, 256 * kMiB, 64 * kMiB, 4, 20000, 2000, 20000, 4096 * kMiB,
+               {1, 4, 16},  {1, 64, 1024, 4096}, 200, 3, 200};
+}
+
+Sizes SmokeSizes() {
+  return Sizes{32 * kMiB, 16 * kMiB, 4 * kMiB, 2, 500, 50, 500, 256 * kMiB, {1, 4}, {1, 64}, 10, 1, 10};
+}
+
+std::string Usage() {
+  return "usage: kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR] [--only baselines|latency|bulk|concurrency]\n"
+         "                    [--daemon-arg ARG]... [--daemon-wrapper CMD] [--keep-dir]\n"
+         "  --smoke        a few seconds, small sizes (CI); targets are reported, not required\n"
+         "  --json FILE    also write the results as JSON\n"
+         "  --bin-dir DIR  where kvpeerd is (DIR/daemon/kvpeerd or DIR/kvpeerd); default: next to this binary\n"
+         "  --only PART    the baselines and one part (for profiling); latency = idle lookups and control ops\n"
+         "  --daemon-arg A pass A to every kvpeerd (repeatable)\n"
+         "  --daemon-wrapper CMD  run every kvpeerd under CMD (e.g. \"valgrind --tool=callgrind\")\n"
+         "  --keep-dir     keep the scratch directory with the daemons' logs\n";
+}
+
+bool ParseArgs(int argc, char** argv, Options* options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    if (arg == "--smoke") {
+      options->smoke = true;
+    } else if (arg == "--keep-dir") {
+      options->keep_dir = true;
+    } else if (arg == "--json") {
+      if (!value(&options->json_path)) return false;
+    } else if (arg == "--bin-dir") {
+      if (!value(&options->bin_dir)) return false;
+    } else if (arg == "--only") {
+      if (!value(&options->only)) return false;
+      if (options->only != "baselines" && options->only != "latency" && options->only != "bulk" &&
+          options->only != "concurrency") {
+        return false;
+      }
+    } else if (arg == "--daemon-wrapper") {
+      if (!value(&options->daemon_wrapper)) return false;
+    } else if (arg == "--daemon-arg") {
+      std::string extra;
+      if (!value(&extra)) return false;
+      options->daemon_args.push_back(extra);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string FindDaemon(const Options& options, const char* argv0) {
+  std::vector<std::filesystem::path> dirs;
+  if (!options.bin_dir.empty()) {
+    dirs.push_back(options.bin_dir);
+  } else {
+    std::error_code ec;
+    auto self = std::filesystem::canonical("/proc/self/exe", ec);
+    if (ec) self = std::filesystem::absolute(argv0);
+    dirs.push_back(self.parent_path().parent_path());
+    dirs.push_back(self.parent_path());
+  }
+  for (const auto& dir : dirs) {
+    for (const auto& candidate : {dir / "daemon" / "kvpeerd", dir / "kvpeerd"}) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  throw BenchError("kvpeerd not found under " + dirs.front().string() + " (give --bin-dir: the build directory)");
+}
+
+std::string MachineText() {
+  utsname name{};
+  ::uname(&name);
+  std::string model;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return std::to_string(std::thread::hardware_concurrency()) + " CPUs (" + model + "), Linux " + name.release;
+}
+
+json::object Summary(const std::vector<double>& samples) {
+  double sum = 0;
+  for (double s : samples) sum += s;
+  return json::object{{"count", samples.size()},
+                      {"p50", Percentile(samples, 0.5)},
+                      {"p90", Percentile(samples, 0.9)},
+                      {"p99", Percentile(samples, 0.99)},
+                      {"max", Percentile(samples, 1.0)},
+                      {"mean", samples.empty() ? 0.0 : sum / static_cast<double>(samples.size())}};
+}
+
+std::string SizeName(uint64_t bytes) {
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + "MiB" : std::to_string(bytes / kKiB) + "KiB";
+}
+
+// A figure without baseline or target yet.
+Figure Fig(std::string id, std::string name, std::string unit, double value) {
+  Figure f;
+  f.id = std::move(id);
+  f.name = std::move(name);
+  f.unit = std::move(unit);
+  f.value = value;
+  return f;
+}
+
+// The 1-minute load average: other work on the machine skews every figure.
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double load = 0;
+  in >> load;
+  return load;
+}
+
+// On stderr with the CLOCK_MONOTONIC time, so that a profile recorded with
+// `perf record -k CLOCK_MONOTONIC` can be cut to one phase (perf report --time).
+void Progress(const std::string& text) {
+  char stamp[32];
+  std::snprintf(stamp, sizeof(stamp), "%.6f", static_cast<double>(NowNs()) / 1e9);
+  std::cerr << "kvpeer-bench: [" << stamp << "] " << text << std::endl;
+}
+
+// ---------------------------------------------------------------------------
+
+struct Baselines {
+  std::vector<double> tcp_rtt, unix_rtt;
+  std::vector<double> tcp_rtt_paced;  // with kPaceUs between round trips
+  double memcpy_gbps = 0;
+};
+
+Baselines RunBaselines(const Sizes& sizes, Report& report) {
+  Baselines b;
+  Progress("baseline: 64-byte round trips, memcpy");
+  b.tcp_rtt = TcpRoundTrips(sizes.rtt_count, sizes.rtt_count / 10);
+  b.unix_rtt = UnixRoundTrips(sizes.rtt_count, sizes.rtt_count / 10);
+  b.tcp_rtt_paced = TcpRoundTrips(sizes.lookup_count, sizes.lookup_count / 10, kPaceUs);
+  b.memcpy_gbps = MemcpyGBps(kMiB, sizes.memcpy_total, sizes.region_bytes);
+
+  report.Add(Fig("tcp_rtt_p50_us", "baseline: TCP 64 B round trip p50", "us", Percentile(b.tcp_rtt, 0.5)));
+  report.Add(Fig("tcp_rtt_p99_us", "baseline: TCP 64 B round trip p99", "us", Percentile(b.tcp_rtt, 0.99)));
+  report.Add(Fig("tcp_rtt_paced_p50_us", "baseline: TCP 64 B round trip p50, 200 us apart", "us",
+                 Percentile(b.tcp_rtt_paced, 0.5)));
+  report.Add(Fig("unix_rtt_p50_us", "baseline: Unix 64 B round trip p50", "us", Percentile(b.unix_rtt, 0.5)));
+  report.Add(Fig("unix_rtt_p99_us", "baseline: Unix 64 B round trip p99", "us", Percentile(b.unix_rtt, 0.99)));
+  report.Add(Fig("memcpy_GBps", "baseline: memcpy 1 MiB, 1 thread", "GB/s", b.memcpy_gbps));
+  report.details()["tcp_rtt_us"] = Summary(b.tcp_rtt);
+  report.details()["unix_rtt_us"] = Summary(b.unix_rtt);
+  report.details()["tcp_rtt_paced_us"] = Summary(b.tcp_rtt_paced);
+  return b;
+}
+
+// One producer (A) and one consumer (B) daemon with `block` blocks.
+struct Pair {
+  Pair(const DaemonOptions& daemon, const std::string& dir, const Sizes& sizes)
+      : a(Named(daemon, dir, "a")), b(Named(daemon, dir, "b")) {
+    const uint64_t block = daemon.block_len;
+    a.Start();
+    b.Start();
+    const uint64_t blocks = sizes.region_bytes / block;
+    source = std::make_unique<SourceEngine>(a.socket_path(), block, blocks, 1);
+    bulk = std::make_unique<ConsumerEngine>(b.socket_path(), block, "bench-bulk", std::make_shared<Region>(blocks, block));
+    side = std::make_unique<ConsumerEngine>(b.socket_path(), block, "bench-lookups", nullptr);
+    side->client.Call(request::Connect(a.listen()), "connect");
+  }
+  ~Pair() {
+    side.reset();
+    bulk.reset();
+    source.reset();
+    b.Stop();
+    a.Stop();
+  }
+  static DaemonOptions Named(const DaemonOptions& daemon, const std::string& dir, const std::string& name) {
+    DaemonOptions o = daemon;
+    o.socket_path = dir + "/" + name + SizeName(daemon.block_len) + ".sock";
+    o.log_path = dir + "/" + name + SizeName(daemon.block_len) + ".log";
+    return o;
+  }
+  DaemonProcess a, b;
+  std::unique_ptr<SourceEngine> source;
+  std::unique_ptr<ConsumerEngine> bulk, side;
+};
+
+struct BulkFigures {
+  BulkResult result;
+  double daemons_cpu_s_per_gb = 0;
+  double producer_cpu_s_per_gb = 0;
+  double consumer_cpu_s_per_gb = 0;
+  double engine_cpu_s_per_gb = 0;
+  double daemon_switches_per_mb = 0;  // both daemons' voluntary context switches per MB moved
+};
+
+BulkFigures MeasuredBulk(Pair& pair, const BulkConfig& config, const std::string& tag) {
+  const int64_t a0 = pair.a.CpuNs(), b0 = pair.b.CpuNs(), e0 = ProcessCpuNs();
+  const int64_t s0 = pair.a.VoluntarySwitches() + pair.b.VoluntarySwitches();
+  BulkFigures f;
+  f.result = RunBulk(*pair.bulk, pair.a.listen(), 1, pair.source->num_blocks(), config, tag);
+  const double gb = static_cast<double>(f.result.bytes) / 1e9;
+  const double a = static_cast<double>(pair.a.CpuNs() - a0) / 1e9, b = static_cast<double>(pair.b.CpuNs() - b0) / 1e9;
+  f.producer_cpu_s_per_gb = a / gb;
+  f.consumer_cpu_s_per_gb = b / gb;
+  f.daemons_cpu_s_per_gb = (a + b) / gb;
+  f.engine_cpu_s_per_gb = static_cast<double>(ProcessCpuNs() - e0) / 1e9 / gb;
+  f.daemon_switches_per_mb =
+      static_cast<double>(pair.a.VoluntarySwitches() + pair.b.VoluntarySwitches() - s0) / (gb * 1000);
+  return f;
+}
+
+json::object BulkJson(const BulkFigures& f) {
+  return json::object{{"bytes", f.result.bytes},
+                      {"seconds", f.result.seconds},
+                      {"GBps", f.result.GBps()},
+                      {"loads", f.result.loads},
+                      {"verified_blocks", f.result.verified_blocks},
+                      {"producer_cpu_s_per_GB", f.producer_cpu_s_per_gb},
+                      {"consumer_cpu_s_per_GB", f.consumer_cpu_s_per_gb},
+                      {"engine_cpu_s_per_GB", f.engine_cpu_s_per_gb},
+                      {"daemon_context_switches_per_MB", f.daemon_switches_per_mb}};
+}
+
+void RunBulkPart(const std::string& binary, const std::string& dir, const Options& options, const Sizes& sizes,
+                 const Baselines& base, Report& report, std::vector<std::string>* problems) {
+  for (uint64_t block : {kMiB, 64 * kKiB}) {
+    const std::string name = SizeName(block);
+    Progress("daemons: bulk fetch, " + name + " blocks");
+    DaemonOptions daemon;
+    daemon.binary = binary;
+    daemon.block_len = block;
+    daemon.extra_args = options.daemon_args;
+    daemon.wrapper = options.daemon_wrapper;
+    Pair pair(daemon, dir, sizes);
+    BulkConfig config;
+    config.blocks_per_load = sizes.load_bytes / block;
+    config.depth = sizes.depth;
+    config.verify_all = options.smoke;
+
+    const bool first = block == kMiB;
+    if (first) {
+      Progress("daemons: peer lookups and control ops, idle");
+      // Back to back like the TCP baseline; and paced, like an engine whose
+      // steps are apart, against a TCP baseline paced the same way.
+      const int64_t a0 = pair.a.CpuNs(), b0 = pair.b.CpuNs();
+      auto idle = MeasureLookups(pair.side->client, pair.a.listen(), BlockKey(1, 0), sizes.lookup_count, 0,
+                                 "idle-lookup", nullptr);
+      const double lookup_cpu_a_us = static_cast<double>(pair.a.CpuNs() - a0) / 1e3 / sizes.lookup_count;
+      const double lookup_cpu_b_us = static_cast<double>(pair.b.CpuNs() - b0) / 1e3 / sizes.lookup_count;
+      auto paced = MeasureLookups(pair.side->client, pair.a.listen(), BlockKey(1, 0), sizes.lookup_count, kPaceUs,
+                                  "paced-lookup", nullptr);
+      const int64_t b_before = pair.b.CpuNs();
+      auto control = MeasureControlOps(pair.side->client, sizes.control_count, sizes.control_count / 10);
+      const double control_cpu_us =
+          static_cast<double>(pair.b.CpuNs() - b_before) / 1e3 / (sizes.control_count + sizes.control_count / 10);
+      const double rtt = Percentile(base.tcp_rtt, 0.5);
+      Figure lookup = Fig("lookup_idle_p50_us", "peer lookup p50, idle", "us", Percentile(idle, 0.5));
+      lookup.baseline = rtt;
+      lookup.baseline_name = "TCP RTT p50";
+      lookup.goal = Goal::kValueMax;
+      lookup.target = 2 * rtt + 50;
+      char text[64];
+      std::snprintf(text, sizeof(text), "<= 2xRTT+50 = %.0f us", lookup.target);
+      lookup.target_text = text;
+      report.Add(lookup);
+      Figure lookup99 = Fig("lookup_idle_p99_us", "peer lookup p99, idle", "us", Percentile(idle, 0.99));
+      lookup99.baseline = Percentile(base.tcp_rtt, 0.99);
+      lookup99.baseline_name = "TCP RTT p99";
+      report.Add(lookup99);
+      Figure op = Fig("control_op_p50_us", "control op (poll, nothing ready) p50", "us", Percentile(control, 0.5));
+      op.baseline = Percentile(base.unix_rtt, 0.5);
+      op.baseline_name = "Unix RTT p50";
+      op.goal = Goal::kRatioMax;
+      op.target = 1.5;
+      op.target_text = "<= 1.5x";
+      report.Add(op);
+      Figure op99 = Fig("control_op_p99_us", "control op (poll, nothing ready) p99", "us", Percentile(control, 0.99));
+      op99.baseline = Percentile(base.unix_rtt, 0.99);
+      op99.baseline_name = "Unix RTT p99";
+      report.Add(op99);
+      Figure paced50 = Fig("lookup_idle_paced_p50_us", "peer lookup p50, idle, 200 us apart", "us",
+                           Percentile(paced, 0.5));
+      paced50.baseline = Percentile(base.tcp_rtt_paced, 0.5);
+      paced50.baseline_name = "TCP RTT p50, 200 us apart";
+      report.Add(paced50);
+      report.details()["lookup_idle_us"] = Summary(idle);
+      report.details()["lookup_idle_paced_us"] = Summary(paced);
+      report.details()["control_op_us"] = Summary(control);
+      report.Add(Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us));
+      // Includes the finish after each lookup and the engine's repeated
+      // lookups until the answer is known.
+      report.details()["lookup_cpu_us"] = json::object{{"producer_per_lookup", lookup_cpu_a_us},
+                                                       {"consumer_per_lookup_incl_finish_and_retries", lookup_cpu_b_us}};
+      if (idle.empty() || control.empty()) problems->push_back("no lookup or control-op samples");
+      if (options.only == "latency") return;
+    }
+
+    // Warm-up: one pass over the regions so the daemons' first touches of
+    // the mappings (page-table faults) are not in the measurement.
+    BulkConfig warm = config;
+    warm.total_bytes = sizes.region_bytes;
+    RunBulk(*pair.bulk, pair.a.listen(), 1, pair.source->num_blocks(), warm, "warm-" + name);
+
+    // Rounds of raw TCP then the daemons, back to back, so that both see
+    // the machine in the same state; the medians are reported.
+    config.total_bytes = sizes.bulk_total;
+    std::vector<double> raw_gbps, raw_cpu, daemon_gbps, daemon_cpu, engine_cpu;
+    json::array rounds;
+    for (int round = 0; round < sizes.rounds; ++round) {
+      Progress("round " + std::to_string(round + 1) + ": raw TCP, then the daemons, " +
+               SizeName(sizes.bulk_total) + " at " + name);
+      const RawTransfer raw = RawTcpThroughput(block, sizes.bulk_total, sizes.region_bytes);
+      const BulkFigures f = MeasuredBulk(pair, config, "bulk-" + name + "-" + std::to_string(round));
+      raw_gbps.push_back(raw.GBps());
+      raw_cpu.push_back(raw.CpuSecondsPerGB());
+      daemon_gbps.push_back(f.result.GBps());
+      daemon_cpu.push_back(f.daemons_cpu_s_per_gb);
+      engine_cpu.push_back(f.engine_cpu_s_per_gb);
+      json::object item = BulkJson(f);
+      item["raw_GBps"] = raw.GBps();
+      item["raw_cpu_s_per_GB"] = raw.CpuSecondsPerGB();
+      item["raw_sender_cpu_s"] = raw.sender_cpu_ns / 1e9;
+      item["raw_receiver_cpu_s"] = raw.receiver_cpu_ns / 1e9;
+      item["raw_context_switches_per_MB"] = static_cast<double>(raw.context_switches) / (raw.bytes / 1e6);
+      rounds.push_back(std::move(item));
+      if (f.result.verified_blocks == 0 || !(f.result.GBps() > 0)) {
+        problems->push_back("bulk " + name + ": nothing verified");
+      }
+    }
+    Progress("bulk rounds at " + name + " done");
+    report.details()["bulk_" + name + "_rounds"] = std::move(rounds);
+    report.Add(Fig("raw_tcp_" + name + "_GBps", "baseline: raw TCP, 1 conn, " + name + " send/recv", "GB/s",
+                   Percentile(raw_gbps, 0.5)));
+    report.Add(Fig("raw_tcp_" + name + "_cpu_s_per_GB", "baseline: raw TCP pair CPU, " + name, "s/GB",
+                   Percentile(raw_cpu, 0.5)));
+    Figure gbps = Fig("bulk_" + name + "_GBps", "bulk fetch " + SizeName(sizes.bulk_total) + ", " + name + " blocks",
+                      "GB/s", Percentile(daemon_gbps, 0.5));
+    gbps.baseline = Percentile(raw_gbps, 0.5);
+    gbps.baseline_name = "raw TCP";
+    gbps.goal = Goal::kRatioMin;
+    gbps.target = first ? 0.9 : 0.6;
+    gbps.target_text = first ? ">= 0.9x" : ">= 0.6x";
+    report.Add(gbps);
+    Figure cpu = Fig("bulk_" + name + "_cpu_s_per_GB", "CPU of both daemons per GB, " + name, "s/GB",
+                     Percentile(daemon_cpu, 0.5));
+    cpu.baseline = Percentile(raw_cpu, 0.5);
+    cpu.baseline_name = "raw pair";
+    cpu.goal = Goal::kRatioMax;
+    cpu.target = 1.25;
+    cpu.target_text = "<= 1.25x";
+    report.Add(cpu);
+    report.Add(Fig("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB",
+                   Percentile(engine_cpu, 0.5)));
+    const double raw_median = Percentile(raw_gbps, 0.5);
+
+    if (first) {
+      Progress("daemons: peer lookups during a bulk fetch");
+      // The bulk fetch repeats (the figures of its first pass are
+      // reported) until enough lookups ran during it.
+      std::atomic<bool> running{true};
+      std::atomic<int> taken{0};
+      BulkFigures loaded;
+      std::string thread_error;
+      std::thread bulk_thread([&] {
+        try {
+          for (int pass = 0; pass == 0 || (taken < sizes.busy_lookups_min && pass < 100); ++pass) {
+            BulkFigures figures = MeasuredBulk(pair, config, "loaded-" + name + "-" + std::to_string(pass));
+            if (pass == 0) loaded = figures;
+          }
+        } catch (const std::exception& e) {
+          thread_error = e.what();
+        }
+        running = false;
+      });
+      std::vector<double> busy;
+      std::string lookup_error;
+      try {
+        busy = MeasureLookups(pair.side->client, pair.a.listen(), BlockKey(1, 1), 1 << 30, 1000, "busy-lookup",
+                              &running, &taken);
+      } catch (const std::exception& e) {
+        lookup_error = e.what();
+      }
+      bulk_thread.join();
+      if (!thread_error.empty()) throw BenchError(thread_error);
+      if (!lookup_error.empty()) throw BenchError(lookup_error);
+      report.Add(Fig("lookup_busy_p50_us", "peer lookup p50, during bulk on the same connection", "us",
+                  Percentile(busy, 0.5)));
+      Figure busy99 = Fig("lookup_busy_p99_us", "peer lookup p99, during bulk on the same connection", "us",
+                    Percentile(busy, 0.99));
+      busy99.goal = Goal::kValueMax;
+      busy99.target = 5000;
+      busy99.target_text = "<= 5000 us";
+      report.Add(busy99);
+      Figure during = Fig("bulk_" + name + "_with_lookups_GBps", "bulk fetch " + name + " while lookups run", "GB/s",
+                    loaded.result.GBps());
+      during.baseline = raw_median;
+      during.baseline_name = "raw TCP";
+      report.Add(during);
+      report.details()["lookup_busy_us"] = Summary(busy);
+      report.details()["bulk_" + name + "_with_lookups"] = BulkJson(loaded);
+      if (busy.empty()) problems->push_back("no lookup samples during the bulk fetch");
+    }
+  }
+}
+
+void RunConcurrencyPart(const std::string& binary, const std::string& dir, const Options& options,
+                        const Sizes& sizes, const Baselines& base, Report& report,
+                        std::vector<std::string>* problems) {
+  constexpr uint64_t kBlock = 64 * kKiB;
+  constexpr uint64_t kSourceBlocks = 16;
+  const int max_peers = sizes.peer_counts.back();
+  const int max_n = sizes.concurrency.back();
+  Progress("daemons: starting 1 consumer and " + std::to_string(max_peers) + " producers");
+  DaemonOptions daemon;
+  daemon.binary = binary;
+  daemon.block_len = kBlock;
+  daemon.extra_args = options.daemon_args;
+  // Background loads must outlive the whole part.
+  daemon.extra_args.insert(daemon.extra_args.end(), {"--load-timeout-s", "3600"});
+  daemon.wrapper = options.daemon_wrapper;
+  Cluster cluster(daemon, dir, max_peers, kSourceBlocks);
+  cluster.ConnectAll();
+  const int64_t consumer_idle_kb = cluster.consumer().RssAnonKb();
+  const int64_t producers_idle_kb = cluster.ProducersRssAnonKb();
+
+  auto background = std::make_shared<Region>(static_cast<uint64_t>(max_n), kBlock);
+  ConsumerEngine probe(cluster.consumer().socket_path(), kBlock, "bench-probe", std::make_shared<Region>(64, kBlock));
+  json::object in_flight_details, burst_details;
+  std::map<int, InFlightResult> rss_pass;  // first peer count, by N
+  for (int peers : sizes.peer_counts) {
+    double p50_at_1 = 0;
+    for (int n : sizes.concurrency) {
+      Progress("daemons: lookup+load with " + std::to_string(n) + " requests in flight, " + std::to_string(peers) +
+               " peers");
+      const std::string tag = "if-" + std::to_string(peers) + "-" + std::to_string(n);
+      InFlightResult r = MeasureWithInFlight(cluster, probe, background, peers, n, sizes.probes, tag);
+      const double p50 = Percentile(r.latencies_us, 0.5);
+      if (n == 1) p50_at_1 = p50;
+      if (peers == sizes.peer_counts.front()) rss_pass[n] = r;
+      const std::string where = std::to_string(n) + " in flight, " + std::to_string(peers) + " peer" +
+                                (peers > 1 ? "s" : "");
+      Figure f = Fig("lookup_load_p50_us_inflight_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+               "lookup+load p50, " + where, "us", p50);
+      if (n == 1) {
+        f.baseline = Percentile(base.tcp_rtt, 0.5);
+        f.baseline_name = "TCP RTT p50";
+      } else {
+        f.baseline = p50_at_1;
+        f.baseline_name = "same, 1 in flight";
+        f.goal = Goal::kRatioMax;
+        f.target = 2;
+        f.target_text = "<= 2x";
+      }
+      report.Add(f);
+      json::object d = Summary(r.latencies_us);
+      d["consumer_rss_anon_kb"] = r.consumer_rss_anon_kb;
+      d["producers_rss_anon_kb"] = r.producers_rss_anon_kb;
+      d["verified_blocks"] = r.verified_blocks;
+      in_flight_details[tag] = std::move(d);
+      if (r.latencies_us.empty() || r.verified_blocks == 0) problems->push_back(tag + ": no verified probe");
+    }
+  }
+
+  // RSS per 1000 in-flight requests, from the first pass (before any later
+  // pass could reuse freed heap).
+  const auto& low = rss_pass.at(sizes.concurrency.front());
+  const auto& high = rss_pass.at(max_n);
+  const double per_1000 = 1000.0 / static_cast<double>(max_n - sizes.concurrency.front());
+  Figure rss_c = Fig("consumer_rss_kb_per_1000_inflight", "consumer daemon RSS (anon) per 1000 in-flight requests", "KiB",
+               static_cast<double>(high.consumer_rss_anon_kb - low.consumer_rss_anon_kb) * per_1000);
+  rss_c.baseline = static_cast<double>(consumer_idle_kb);
+  rss_c.baseline_name = "idle daemon RSS";
+  report.Add(rss_c);
+  Figure rss_p = Fig("producer_rss_kb_per_1000_inflight", "producer daemons' RSS (anon) per 1000 in-flight requests", "KiB",
+               static_cast<double>(high.producers_rss_anon_kb - low.producers_rss_anon_kb) * per_1000);
+  rss_p.baseline = static_cast<double>(producers_idle_kb) / max_peers;
+  rss_p.baseline_name = "idle daemon RSS";
+  report.Add(rss_p);
+
+  auto burst_region = std::make_shared<Region>(static_cast<uint64_t>(max_n), kBlock);
+  ConsumerEngine burst_engine(cluster.consumer().socket_path(), kBlock, "bench-burst", burst_region);
+  for (int peers : sizes.peer_counts) {
+    double p50_at_1 = 0;
+    for (int n : sizes.concurrency) {
+      Progress("daemons: burst of " + std::to_string(n) + " lookup+load requests, " + std::to_string(peers) +
+               " peers");
+      const std::string tag = "burst-" + std::to_string(peers) + "-" + std::to_string(n);
+      // Small bursts are repeated so every row has about `probes` samples.
+      BurstResult r;
+      const int repeats = std::max(1, sizes.probes / n);
+      const int64_t consumer_cpu0 = cluster.consumer().CpuNs();
+      for (int k = 0; k < repeats; ++k) {
+        BurstResult one = RunBurst(cluster, burst_engine, peers, n, tag + "-" + std::to_string(k));
+        r.latencies_us.insert(r.latencies_us.end(), one.latencies_us.begin(), one.latencies_us.end());
+        r.seconds += one.seconds;
+        r.verified_blocks += one.verified_blocks;
+      }
+      const double p50 = Percentile(r.latencies_us, 0.5);
+      if (n == 1) p50_at_1 = p50;
+      const std::string where = std::to_string(n) + " at once, " + std::to_string(peers) + " peer" +
+                                (peers > 1 ? "s" : "");
+      Figure f = Fig("lookup_load_p50_us_burst_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+               "lookup+load p50, " + where, "us", p50);
+      f.baseline = n == 1 ? Percentile(base.tcp_rtt, 0.5) : p50_at_1;
+      f.baseline_name = n == 1 ? "TCP RTT p50" : "same, 1 at once";
+      report.Add(f);
+      const double consumer_cpu_us =
+          static_cast<double>(cluster.consumer().CpuNs() - consumer_cpu0) / 1e3 / (static_cast<double>(n) * repeats);
+      if (n == max_n) {
+        report.Add(Fig("burst_consumer_cpu_us_per_request_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+                       "consumer daemon CPU per lookup+load, " + where, "us", consumer_cpu_us));
+        report.Add(Fig("burst_requests_per_s_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+                       "lookup+load throughput, " + where, "req/s", r.seconds > 0 ? n * repeats / r.seconds : 0.0));
+      }
+      json::object d = Summary(r.latencies_us);
+      d["seconds"] = r.seconds;
+      d["repeats"] = repeats;
+      d["consumer_cpu_us_per_request"] = consumer_cpu_us;
+      d["requests_per_s"] = r.seconds > 0 ? n * repeats / r.seconds : 0.0;
+      d["verified_blocks"] = r.verified_blocks;
+      burst_details[tag] = std::move(d);
+      if (r.verified_blocks != static_cast<uint64_t>(n) * repeats) {
+        problems->push_back(tag + ": not every block verified");
+      }
+    }
+  }
+  report.details()["in_flight"] = std::move(in_flight_details);
+  report.details()["burst"] = std::move(burst_details);
+}
+
+int Run(int argc, char** argv) {
+  Options options;
+  if (!ParseArgs(argc, argv, &options)) {
+    std::cerr << Usage();
+    return 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  const Sizes sizes = options.smoke ? SmokeSizes() : FullSizes();
+  const std::string binary = FindDaemon(options, argv[0]);
+  char dir_template[] = "/tmp/kvpeer-bench.XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) throw BenchError("mkdtemp: " + ErrnoText(errno));
+  const std::string dir = dir_template;
+  const std::string mode = options.smoke ? "smoke" : "full";
+  Progress(mode + " run, kvpeerd " + binary + ", scratch " + dir);
+
+  Report report;
+  report.details()["machine"] = MachineText();
+  report.details()["kvpeerd"] = binary;
+  std::vector<std::string> problems;
+  const int64_t started = NowNs();
+  const double load_before = LoadAverage();
+  int status = 0;
+  try {
+    const bool all = options.only.empty();
+    Baselines base = RunBaselines(sizes, report);
+    if (all || options.only == "bulk" || options.only == "latency") RunBulkPart(binary, dir, options, sizes, base, report, &problems);
+    if (all || options.only == "concurrency") {
+      RunConcurrencyPart(binary, dir, options, sizes, base, report, &problems);
+    }
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+  }
+  for (const Figure& f : report.figures()) {
+    if (!std::isfinite(f.value) || f.value < 0) problems.push_back(f.id + " is not a sane number");
+  }
+  const double seconds = static_cast<double>(NowNs() - started) / 1e9;
+  report.details()["seconds"] = seconds;
+  report.details()["loadavg_before"] = load_before;
+  report.details()["loadavg_after"] = LoadAverage();
+  report.details()["problems"] = json::array(problems.begin(), problems.end());
+
+  std::cout << "kvpeer-bench (" << mode << ", " << MachineText() << ", " << static_cast<int>(seconds) << " s)\n\n"
+            << report.Table();
+  if (load_before > 0.5) {
+    std::cout << "\nWARNING: the 1-minute load average was " << load_before
+              << " before the run: other work shared the CPUs, so these figures are not the machine's.\n";
+  }
+  const json::object out = report.Json(mode);
+  const auto& targets = out.at("targets").as_object();
+  std::cout << "\ntargets met: " << targets.at("met").as_uint64() << " of " << targets.at("total").as_uint64() << "\n";
+  if (!options.json_path.empty()) {
+    std::ofstream file(options.json_path);
+    file << json::serialize(out) << "\n";
+    if (!file) {
+      problems.push_back("cannot write " + options.json_path);
+    }
+  }
+  if (!problems.empty()) {
+    for (const auto& problem : problems) std::cerr << "kvpeer-bench: FAILED: " << problem << "\n";
+    std::cerr << "kvpeer-bench: daemon logs are in " << dir << "\n";
+    status = 1;
+  } else if (!options.keep_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace kvpeer::bench
+
+int main(int argc, char** argv) {
+  try {
+    return kvpeer::bench::Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "kvpeer-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,55 @@
+// The benchmark's result: figures with their baselines, ratios and targets,
+// printed as a table and written as JSON.
+//
+// Thread-safety: none; filled by the main thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+namespace kvpeer::bench {
+
+// How a figure is compared with its target.
+enum class Goal {
+  kNone,      // reported only
+  kRatioMin,  // ratio >= target (throughput)
+  kRatioMax,  // ratio <= target (CPU, latency ratio)
+  kValueMax,  // value <= target (absolute bound in the value's unit)
+};
+
+struct Figure {
+  std::string id;    // stable key, e.g. "bulk_1MiB_GBps"
+  std::string name;  // what the table shows
+  std::string unit;
+  double value = 0;
+  std::optional<double> baseline;
+  std::string baseline_name;  // what the baseline is
+  Goal goal = Goal::kNone;
+  double target = 0;
+  std::string target_text;  // as the issue states it
+
+  std::optional<double> Ratio() const;
+  // Empty for Goal::kNone.
+  std::optional<bool> Met() const;
+};
+
+class Report {
+ public:
+  void Add(Figure figure) { figures_.push_back(std::move(figure)); }
+  // Free-form details kept in the JSON (raw samples' summaries, settings).
+  boost::json::object& details() { return details_; }
+  const std::vector<Figure>& figures() const { return figures_; }
+
+  // The table, one figure a line.
+  std::string Table() const;
+  boost::json::object Json(const std::string& mode) const;
+
+ private:
+  std::vector<Figure> figures_;
+  boost::json::object details_;
+};
+
+}  // namespace kvpeer::bench
