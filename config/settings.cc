@@ -1,5 +1,8 @@
 #include "config/settings.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -9,6 +12,7 @@
 #include <boost/json/serialize.hpp>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -158,6 +162,159 @@ std::string ApplyLogLevel(const std::vector<std::string>& raw, Settings* s) {
   return "";
 }
 
+// A count option: a whole number in min..max.
+std::string ApplyCount(const std::string& raw, uint64_t min, uint64_t max, uint64_t* out) {
+  std::optional<int64_t> value = ParseInteger(raw);
+  std::string range = std::to_string(min) + ".." + std::to_string(max);
+  if (!value) return Quoted(raw) + " is not a whole number (allowed: " + range + ")";
+  if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
+    return raw + " is out of range (allowed: " + range + ")";
+  }
+  *out = static_cast<uint64_t>(*value);
+  return "";
+}
+
+// A uid or gid: a decimal id, or a user / group name looked up now.
+// 4294967295 is (uid_t)-1, "no id" to the kernel, so it is not an id.
+std::string ApplyId(const std::string& raw, bool group, uint32_t* out) {
+  constexpr int64_t kMaxId = 4294967294;
+  const std::string what = group ? "group" : "user";
+  if (raw.empty()) return "'' is empty; allowed: a numeric id or a " + what + " name";
+  if (std::all_of(raw.begin(), raw.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::optional<int64_t> value = ParseInteger(raw);
+    if (!value || *value > kMaxId) return raw + " is out of range (allowed: 0..4294967294 or a " + what + " name)";
+    *out = static_cast<uint32_t>(*value);
+    return "";
+  }
+  std::vector<char> buffer(4096);
+  for (;;) {
+    int rc = 0;
+    bool found = false;
+    if (group) {
+      struct group entry {};
+      struct group* result = nullptr;
+      rc = ::getgrnam_r(raw.c_str(), &entry, buffer.data(), buffer.size(), &result);
+      if (rc == 0 && result != nullptr) *out = result->gr_gid;
+      found = rc == 0 && result != nullptr;
+    } else {
+      struct passwd entry {};
+      struct passwd* result = nullptr;
+      rc = ::getpwnam_r(raw.c_str(), &entry, buffer.data(), buffer.size(), &result);
+      if (rc == 0 && result != nullptr) *out = result->pw_uid;
+      found = rc == 0 && result != nullptr;
+    }
+    if (rc == ERANGE && buffer.size() < (1u << 20)) {
+      buffer.resize(buffer.size() * 2);
+      continue;
+    }
+    if (found) return "";
+    return Quoted(raw) + " is neither a number nor a known " + what + " name";
+  }
+}
+
+std::string ApplyIds(const std::vector<std::string>& raw, bool group, std::vector<uint32_t>* out) {
+  for (const std::string& text : raw) {
+    uint32_t id = 0;
+    std::string why = ApplyId(text, group, &id);
+    if (!why.empty()) return why;
+    out->push_back(id);
+  }
+  return "";
+}
+
+std::string ApplyAllowUid(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyIds(raw, false, &s->allow_uids);
+}
+
+std::string ApplyAllowGid(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyIds(raw, true, &s->allow_gids);
+}
+
+std::string ApplySocketGroup(const std::vector<std::string>& raw, Settings* s) {
+  uint32_t gid = 0;
+  std::string why = ApplyId(raw.front(), true, &gid);
+  if (why.empty()) s->socket_group = gid;
+  return why;
+}
+
+std::string ApplyMaxPeers(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 65536, &s->max_peers);
+}
+
+std::string ApplyMaxEngines(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 65536, &s->max_engines);
+}
+
+std::string ApplyMaxRoundsPerPeer(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 1048576, &s->max_rounds_per_peer);
+}
+
+std::string ApplyMaxPendingLookups(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 16777216, &s->max_pending_lookups);
+}
+
+std::string ApplyMaxQueuedBytes(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_queued_bytes);
+}
+
+std::string ApplyPath(const std::string& raw, std::string* out) {
+  if (raw.empty()) return "'' is empty; allowed: the path of a PEM file";
+  *out = raw;  // read and checked once all options are known
+  return "";
+}
+
+std::string ApplyTlsCert(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyPath(raw.front(), &s->tls_cert);
+}
+
+std::string ApplyTlsKey(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyPath(raw.front(), &s->tls_key);
+}
+
+std::string ApplyTlsCa(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyPath(raw.front(), &s->tls_ca);
+}
+
+// The TLS files go together, exist, and the key is the owner's alone. (Their
+// contents are checked when the daemon builds its TLS context.)
+void CheckTlsFiles(const Settings& s, std::vector<std::string>* problems) {
+  const std::array<std::pair<const char*, const std::string*>, 3> files = {
+      {{"tls-cert", &s.tls_cert}, {"tls-key", &s.tls_key}, {"tls-ca", &s.tls_ca}}};
+  std::string given;
+  std::string missing;
+  for (const auto& [name, path] : files) (path->empty() ? missing : given) += std::string(name) + " ";
+  if (given.empty()) return;
+  if (!missing.empty()) {
+    problems->push_back("tls-cert, tls-key, tls-ca: give all three or none (missing: " +
+                        missing.substr(0, missing.size() - 1) + ")");
+    return;
+  }
+  for (const auto& [name, path] : files) {
+    struct stat info {};
+    if (::stat(path->c_str(), &info) != 0) {
+      problems->push_back(std::string(name) + ": cannot read " + Quoted(*path) + ": " + std::strerror(errno));
+    } else if (!S_ISREG(info.st_mode)) {
+      problems->push_back(std::string(name) + ": " + Quoted(*path) + " is not a regular file");
+    } else if (path == &s.tls_key && (info.st_mode & 044) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+      problems->push_back("tls-key: " + Quoted(*path) + " is readable by group or others (mode " + mode +
+                          "); allowed: owner-only, e.g. chmod 600");
+    } else if (::access(path->c_str(), R_OK) != 0) {
+      problems->push_back(std::string(name) + ": cannot read " + Quoted(*path) + ": " + std::strerror(errno));
+    }
+  }
+}
+
+json::value IdsJson(const std::vector<uint32_t>& ids) { return json::array(ids.begin(), ids.end()); }
+
+std::string ApplyMetricsListen(const std::vector<std::string>& raw, Settings* s) {
+  std::optional<HostPort> address = ParseHostPort(raw.front());
+  if (!address) return Quoted(raw.front()) + " is not HOST:PORT (port 0..65535; IPv6 as [::1]:9464)";
+  s->metrics_listen = *address;
+  return "";
+}
+
 json::value AllowCidrJson(const Settings& s) {
   json::array blocks;
   for (const Cidr& block : s.allow_cidrs) blocks.emplace_back(block.ToString());
@@ -209,14 +366,94 @@ std::vector<OptionSpec> BuildOptions() {
   options.push_back({.name = "psk-file",
                      .value_name = "FILE",
                      .help = "pre-shared key for peer authentication; owner-only file, >= 32 bytes",
+                     .live = true,
+                     .copy_live =
+                         [](const Settings& from, Settings* to) {
+                           to->psk_file = from.psk_file;
+                           to->psk = from.psk;
+                         },
                      .apply = ApplyPskFile,
                      .effective = [](const Settings& s) { return PathOrNull(s.psk_file); }});
   options.push_back({.name = "allow-cidr",
                      .value_name = "CIDR",
                      .help = "peer addresses allowed to connect; repeatable or comma-separated (default: any)",
                      .repeatable = true,
+                     .live = true,
+                     .copy_live = [](const Settings& from, Settings* to) { to->allow_cidrs = from.allow_cidrs; },
                      .apply = ApplyAllowCidr,
                      .effective = AllowCidrJson});
+  options.push_back({.name = "allow-uid",
+                     .value_name = "UID|USER",
+                     .help = "local users allowed on the control socket besides the daemon's own; repeatable or "
+                             "comma-separated (default: anyone who can open the socket file)",
+                     .repeatable = true,
+                     .apply = ApplyAllowUid,
+                     .effective = [](const Settings& s) { return IdsJson(s.allow_uids); }});
+  options.push_back({.name = "allow-gid",
+                     .value_name = "GID|GROUP",
+                     .help = "local groups (a client's primary group) allowed on the control socket; repeatable or "
+                             "comma-separated (default: as allow-uid)",
+                     .repeatable = true,
+                     .apply = ApplyAllowGid,
+                     .effective = [](const Settings& s) { return IdsJson(s.allow_gids); }});
+  options.push_back({.name = "socket-group",
+                     .value_name = "GID|GROUP",
+                     .help = "group owning the control socket file, mode 0660 (default: the daemon's group)",
+                     .apply = ApplySocketGroup,
+                     .effective = [](const Settings& s) {
+                       return s.socket_group ? json::value(*s.socket_group) : json::value(nullptr);
+                     }});
+  options.push_back({.name = "max-peers",
+                     .value_name = "N",
+                     .default_text = "64",
+                     .help = "peer sessions at most, 1..65536; beyond it a dial fails (peer_unavailable) and an "
+                             "inbound peer gets disconnect 'too many peers'",
+                     .apply = ApplyMaxPeers,
+                     .effective = [](const Settings& s) { return json::value(s.max_peers); }});
+  options.push_back({.name = "max-engines",
+                     .value_name = "N",
+                     .default_text = "64",
+                     .help = "engine sessions at most, 1..65536; a further hello answers conflict",
+                     .apply = ApplyMaxEngines,
+                     .effective = [](const Settings& s) { return json::value(s.max_engines); }});
+  options.push_back({.name = "max-rounds-per-peer",
+                     .value_name = "N",
+                     .default_text = "4096",
+                     .help = "lookup/fetch rounds served to one peer at once, 1..1048576; beyond it a new round's "
+                             "lookup answers all-miss and its fetch fails",
+                     .apply = ApplyMaxRoundsPerPeer,
+                     .effective = [](const Settings& s) { return json::value(s.max_rounds_per_peer); }});
+  options.push_back({.name = "max-pending-lookups",
+                     .value_name = "N",
+                     .default_text = "65536",
+                     .help = "distinct probes of one request's open lookup round, 1..16777216; beyond it lookup "
+                             "answers bad_request",
+                     .apply = ApplyMaxPendingLookups,
+                     .effective = [](const Settings& s) { return json::value(s.max_pending_lookups); }});
+  options.push_back({.name = "max-queued-bytes",
+                     .value_name = "N",
+                     .default_text = "67108864",
+                     .help = "bytes waiting to be written on one peer connection, 65536..1099511627776; above it "
+                             "the connection stops reading until its queue drains",
+                     .apply = ApplyMaxQueuedBytes,
+                     .effective = [](const Settings& s) { return json::value(s.max_queued_bytes); }});
+  options.push_back({.name = "tls-cert",
+                     .value_name = "FILE",
+                     .help = "TLS 1.3 for peer connections: this node's PEM certificate chain (tls-cert, tls-key "
+                             "and tls-ca go together; default: plain TCP)",
+                     .apply = ApplyTlsCert,
+                     .effective = [](const Settings& s) { return PathOrNull(s.tls_cert); }});
+  options.push_back({.name = "tls-key",
+                     .value_name = "FILE",
+                     .help = "PEM private key of tls-cert; owner-only file",
+                     .apply = ApplyTlsKey,
+                     .effective = [](const Settings& s) { return PathOrNull(s.tls_key); }});
+  options.push_back({.name = "tls-ca",
+                     .value_name = "FILE",
+                     .help = "PEM CA certificate(s) every peer's certificate must chain to (both directions are "
+                             "verified)",
+                     .apply = ApplyTlsCa,
+                     .effective = [](const Settings& s) { return PathOrNull(s.tls_ca); }});
   options.push_back({.name = "load-timeout-s",
                      .value_name = "S",
                      .default_text = "30",
@@ -239,8 +476,18 @@ std::vector<OptionSpec> BuildOptions() {
                      .value_name = "LEVEL",
                      .default_text = "info",
                      .help = "trace, debug, info, warn or error",
+                     .live = true,
+                     .copy_live = [](const Settings& from, Settings* to) { to->log_level = from.log_level; },
                      .apply = ApplyLogLevel,
                      .effective = [](const Settings& s) { return json::value(s.log_level); }});
+  options.push_back({.name = "metrics-listen",
+                     .value_name = "HOST:PORT",
+                     .help = "HTTP address serving GET /metrics (Prometheus text) (default: none, metrics only "
+                             "through the control socket)",
+                     .apply = ApplyMetricsListen,
+                     .effective = [](const Settings& s) {
+                       return s.metrics_listen ? json::value(FormatHostPort(*s.metrics_listen)) : json::value(nullptr);
+                     }});
   return options;
 }
 
@@ -372,6 +619,7 @@ void Finalize(Settings* settings, std::vector<std::string>* problems) {
     Status status = LoadPsk(settings->psk_file, &settings->psk);
     if (!status.ok()) problems->push_back(status.message());
   }
+  CheckTlsFiles(*settings, problems);
 }
 
 std::string JoinProblems(const std::vector<std::string>& problems) {
@@ -409,6 +657,41 @@ boost::json::object EffectiveConfigJson(const Settings& settings) {
   json::object config;
   for (const OptionSpec& option : Options()) config[option.name] = option.effective(settings);
   return config;
+}
+
+namespace {
+
+// An effective value as an operator reads it in the log.
+std::string ForLog(const json::value& value) {
+  if (value.is_null()) return "(unset)";
+  if (value.is_string()) return std::string(value.get_string());
+  return json::serialize(value);
+}
+
+}  // namespace
+
+std::vector<SettingChange> DiffSettings(const Settings& before, const Settings& after) {
+  std::vector<SettingChange> changes;
+  for (const OptionSpec& option : Options()) {
+    if (!option.in_config_file) continue;
+    // A node id derived from the listen address changes with it; listen says so.
+    if (option.name == "node-id" && before.node_id_from_listen && after.node_id_from_listen) continue;
+    const json::value old_value = option.effective(before);
+    const json::value new_value = option.effective(after);
+    if (old_value != new_value) {
+      changes.push_back({std::string(option.name), ForLog(old_value), ForLog(new_value), option.live});
+    } else if (option.name == "psk-file" && before.psk != after.psk) {
+      changes.push_back({std::string(option.name), ForLog(old_value), ForLog(new_value) + " (key changed)",
+                         option.live});
+    }
+  }
+  return changes;
+}
+
+void ApplyLiveSettings(const Settings& from, Settings* to) {
+  for (const OptionSpec& option : Options()) {
+    if (option.live) option.copy_live(from, to);
+  }
 }
 
 std::optional<std::string> DefaultNodeId(const HostPort& listen) {

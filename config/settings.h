@@ -34,6 +34,12 @@ inline constexpr const char* kDefaultSocketPath = "/run/kvpeer/kvpeerd.sock";
 inline constexpr uint64_t kMaxBlockLen = 67108864;  // one block fits one frame (wire spec section 2)
 inline constexpr size_t kMaxSettingString = 4096;   // wire bound of config_fingerprint / hash_seed
 inline constexpr int64_t kMaxTimeoutSeconds = 86400;
+// Limit defaults (see Settings).
+inline constexpr uint64_t kDefaultMaxPeers = 64;
+inline constexpr uint64_t kDefaultMaxEngines = 64;
+inline constexpr uint64_t kDefaultMaxRoundsPerPeer = 4096;
+inline constexpr uint64_t kDefaultMaxPendingLookups = 65536;
+inline constexpr uint64_t kDefaultMaxQueuedBytes = 64ull * 1024 * 1024;
 
 // Settings{} holds every default except node_id, which depends on the
 // listen address and the hostname (ParseCommandLine derives it).
@@ -50,10 +56,29 @@ struct Settings {
   std::string psk_file;           // empty = no peer authentication
   std::string psk;                // SECRET: the key read from psk_file; never logged or reported
   std::vector<Cidr> allow_cidrs;  // empty = any peer address
+  // Control socket access (control-api.md section 4): local users allowed
+  // besides the daemon's own uid (both empty = any user who can open the
+  // socket file), and the socket file's group (unset = the daemon's).
+  std::vector<uint32_t> allow_uids;
+  std::vector<uint32_t> allow_gids;
+  std::optional<uint32_t> socket_group;
+  // Limits; hitting one is refused with an error naming it and counted as
+  // limit_<name> in status.counters.
+  uint64_t max_peers = kDefaultMaxPeers;
+  uint64_t max_engines = kDefaultMaxEngines;
+  uint64_t max_rounds_per_peer = kDefaultMaxRoundsPerPeer;
+  uint64_t max_pending_lookups = kDefaultMaxPendingLookups;
+  uint64_t max_queued_bytes = kDefaultMaxQueuedBytes;
+  // TLS for peer connections (PEM files): all three or none; none = plain
+  // TCP. The key file must not be readable by group or others.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
   std::chrono::seconds load_timeout{30};
   std::chrono::seconds abort_ack_timeout{10};
   std::chrono::seconds handshake_timeout{10};
   std::string log_level = "info";  // trace, debug, info, warn, error
+  std::optional<HostPort> metrics_listen;  // --metrics-listen; unset = no HTTP metrics listener
 };
 
 // One row of the option table.
@@ -64,6 +89,11 @@ struct OptionSpec {
   std::string_view help = {};
   bool repeatable = false;     // may be given several times / as a TOML array
   bool in_config_file = true;  // false only for --config itself
+  // Changeable while running: SIGHUP re-reads the config file and applies
+  // a changed live option at once (copy_live copies it between Settings);
+  // a changed option that is not live is logged as needing a restart.
+  bool live = false;
+  void (*copy_live)(const Settings& from, Settings* to) = nullptr;  // set exactly when live
   // Validates the raw values (exactly one unless repeatable) and stores them
   // in *settings. Returns "" or why the value is wrong, naming the value and
   // what is allowed but not the option ("'x' is not HOST:PORT (...)").
@@ -93,6 +123,21 @@ ParseResult ParseCommandLine(int argc, const char* const* argv);
 // The effective settings keyed by flag name without dashes; the PSK bytes
 // are omitted (psk-file shows the path only).
 boost::json::object EffectiveConfigJson(const Settings& settings);
+
+// One option whose value differs between two Settings (a SIGHUP reload).
+struct SettingChange {
+  std::string name;       // the option, e.g. "log-level"
+  std::string old_value;  // effective values for the log: info, ["10.0.0.0/8"], (unset);
+  std::string new_value;  // never a secret: a changed key shows as "(key changed)"
+  bool live = false;      // OptionSpec::live
+};
+// The options of the config file whose effective value differs from
+// `before` to `after`, in table order. psk-file also differs when only the
+// key read from the same file changed. node-id is compared as configured
+// (so pass settings as parsed, not with a resolved port 0).
+std::vector<SettingChange> DiffSettings(const Settings& before, const Settings& after);
+// Copies every live option from `from` into *to.
+void ApplyLiveSettings(const Settings& from, Settings* to);
 
 // "hostname:port" for a wildcard listen host, else the listen address.
 // nullopt if the hostname cannot be read.

@@ -25,6 +25,7 @@ struct NodeBlockIndex::Engine {
   std::unordered_map<SlotId, SlotState> slots;
   ReleasedFn on_released;  // empty once the engine is removed
   size_t published = 0;
+  std::shared_ptr<uint64_t> node_pins;  // the index's count of live pins
 
   void Released(SlotId slot) {
     if (on_released) on_released(slot);
@@ -62,10 +63,14 @@ class SlotPin : public session::PinnedBlock {
   SlotPin(std::shared_ptr<NodeBlockIndex::Engine> engine, SlotId slot, std::shared_ptr<const void> attachment)
       : engine_(std::move(engine)), slot_(slot), attachment_(std::move(attachment)) {
     ++engine_->slots[slot_].pins;
+    ++*engine_->node_pins;
   }
   // The slot is unpinned first; the attachment (e.g. a store job's guard)
   // is released after, so whoever it notifies sees the slot unpinned.
-  ~SlotPin() override { engine_->Unpin(slot_); }
+  ~SlotPin() override {
+    --*engine_->node_pins;
+    engine_->Unpin(slot_);
+  }
 
   std::span<const uint8_t> bytes() const override { return engine_->region->Block(slot_); }
 
@@ -91,13 +96,14 @@ class RegionSink : public session::SlotSink {
 
 }  // namespace
 
-NodeBlockIndex::NodeBlockIndex() = default;
+NodeBlockIndex::NodeBlockIndex() : live_pins_(std::make_shared<uint64_t>(0)) {}
 NodeBlockIndex::~NodeBlockIndex() = default;
 
 void NodeBlockIndex::AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released) {
   auto state = std::make_shared<Engine>();
   state->region = std::move(region);
   state->on_released = std::move(on_released);
+  state->node_pins = live_pins_;
   engines_[engine] = std::move(state);
 }
 

@@ -78,6 +78,8 @@ class NodeBlockIndex : public session::BlockIndex {
   uint32_t live_pins(EngineId engine, protocol::BlockIndex slot) const;
   // Keys published on the node.
   size_t size() const { return keys_.size(); }
+  // Live pins on the node (metrics), also those of engines gone already.
+  uint64_t pins_total() const { return *live_pins_; }
 
   // An engine's slots; opaque, defined in block_index.cc.
   struct Engine;
@@ -90,6 +92,8 @@ class NodeBlockIndex : public session::BlockIndex {
 
   std::unordered_map<protocol::Key, Location> keys_;
   std::unordered_map<EngineId, std::shared_ptr<Engine>> engines_;
+  // Shared with every engine's state, so a pin outliving the index counts down safely.
+  std::shared_ptr<uint64_t> live_pins_;
 };
 
 // The destination of loads into `region`. Holding the sink keeps the region

@@ -1,5 +1,7 @@
 #include "daemon/control_server.h"
 
+#include <cmath>
+
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -37,6 +39,7 @@ constexpr auto kConnectCeiling = std::chrono::minutes(5);
 
 const std::set<std::string, std::less<>> kEngineOps = {"hello", "register_region", "publish", "unpublish", "lookup",
                                                        "flush", "load",  "store",           "finish",  "poll"};
+const std::set<std::string, std::less<>> kOperatorOps = {"status", "metrics", "connect", "disconnect"};
 // Ops that start new work, refused once the daemon drains.
 const std::set<std::string, std::less<>> kNewWorkOps = {"hello", "register_region", "publish", "lookup",
                                                         "load",  "store",           "connect"};
@@ -168,7 +171,10 @@ void ControlServer::OnAccepted(Local::socket socket) {
   connection->Start();
 }
 
-void ControlServer::OnConnectionClosed(ControlConnection* connection) { connections_.erase(connection); }
+void ControlServer::OnConnectionClosed(ControlConnection* connection) {
+  spdlog::debug("control connection from pid {} closed", connection->credentials().pid);
+  connections_.erase(connection);
+}
 
 std::string ControlServer::TooLargeResponse() {
   return Answer(nullptr,
@@ -205,11 +211,23 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
   }
   const json::object& request = parsed.get_object();
   const json::value id = request.contains("id") ? request.at("id") : json::value(nullptr);
+  if (id.is_double() && !std::isfinite(id.get_double())) {
+    // Out of double range (e.g. 1e999999): echoing it would print a token
+    // that is not JSON and break the client's framing.
+    co_return Answer(nullptr, Fail(ErrorCode::kBadRequest, "field 'id' is a number out of range; use a smaller one"),
+                     {});
+  }
   const json::value* op = request.if_contains("op");
   if (op == nullptr || !op->is_string()) {
     const std::string problem = op == nullptr ? "is required" : "must be a string, not " + std::string(JsonKind(*op));
     co_return Answer(id, Fail(ErrorCode::kBadRequest, "field 'op' " + problem), {});
   }
+  // By op for the metrics; ops outside the API share one name, so a client
+  // cannot add counters at will.
+  const std::string_view op_name = op->get_string();
+  engines_.counters().Add("op_" + std::string(kEngineOps.contains(op_name) || kOperatorOps.contains(op_name)
+                                                  ? op_name
+                                                  : std::string_view("unknown")));
   json::object fields;
   ApiStatus status;
   try {
@@ -232,7 +250,7 @@ asio::awaitable<ApiStatus> ControlServer::Dispatch(std::shared_ptr<ControlConnec
     co_return std::nullopt;
   }
   if (op == "metrics") {
-    (*response)["text"] = Metrics();
+    (*response)["text"] = MetricsText();
     co_return std::nullopt;
   }
   if (op == "disconnect") co_return DisconnectOp(request);
@@ -343,15 +361,21 @@ json::object ControlServer::Status() const {
   return status;
 }
 
-std::string ControlServer::Metrics() const {
+std::string ControlServer::MetricsText() const {
   const auto uptime = std::chrono::steady_clock::now() - started_;
   PeerService* peers = engines_.peer_service();
   MetricsInput input;
   input.uptime_s = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
   input.engines = engines_.engine_count();
   input.control_connections = connections_.size();
+  input.published_keys = engines_.index().size();
+  input.pins = engines_.index().pins_total();
+  const EngineRegistry::Totals totals = engines_.EngineTotals();
+  input.engine_loads_in_flight = totals.loads_in_flight;
+  input.engine_jobs_pending = totals.jobs_pending;
   input.peers = peers != nullptr ? peers->PeersStatus() : json::array();
   input.counters = &engines_.counters();
+  input.peer_service = peers;
   return FormatMetrics(input);
 }
 

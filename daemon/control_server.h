@@ -70,6 +70,10 @@ class ControlServer : private ControlHandler {
 
   // The `listen` reported by status, when known only after construction.
   void set_listen(std::string listen) { options_.listen = std::move(listen); }
+  // The `config` reported by status, after a reload changed live settings.
+  void set_config(boost::json::object config) { options_.config = std::move(config); }
+  // The `metrics` op's text (also served by the --metrics-listen listener).
+  std::string MetricsText() const;
   const std::string& socket_path() const { return options_.socket_path; }
   size_t connection_count() const { return connections_.size(); }
 
@@ -103,7 +107,6 @@ class ControlServer : private ControlHandler {
   boost::asio::awaitable<ApiStatus> ConnectOp(const boost::json::object& request);
   ApiStatus DisconnectOp(const boost::json::object& request);
   boost::json::object Status() const;
-  std::string Metrics() const;
   // Counts the answer and turns it into its line.
   std::string Answer(const boost::json::value& id, const ApiStatus& status, boost::json::object fields);
 

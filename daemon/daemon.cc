@@ -17,8 +17,10 @@
 #include "daemon/block_index.h"
 #include "daemon/control_server.h"
 #include "daemon/engine_registry.h"
+#include "daemon/metrics_http.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_manager.h"
+#include "daemon/peer_stream.h"
 #include "daemon/systemd_notify.h"
 
 namespace kvpeer::daemon {
@@ -29,21 +31,34 @@ namespace {
 // before the control socket closes anyway.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
 
+// The allow-cidr check for accepted peers; null when any address may connect.
+std::function<bool(const boost::asio::ip::address&)> MakeAllowAddress(const config::Settings& settings) {
+  if (settings.allow_cidrs.empty()) return nullptr;
+  auto allowlist = settings.allow_cidrs;
+  return [allowlist](const boost::asio::ip::address& address) {
+    auto ip = config::IpAddress::Parse(address.to_string());
+    return ip && config::AllowlistPermits(allowlist, *ip);
+  };
+}
+
+std::optional<std::string> MakePsk(const config::Settings& settings) {
+  if (settings.psk.empty()) return std::nullopt;
+  return settings.psk;
+}
+
 PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
   PeerManagerConfig peers;
   peers.listen_host = settings.listen.host;
   peers.listen_port = settings.listen.port;
-  if (!settings.psk.empty()) peers.psk = settings.psk;
+  peers.psk = MakePsk(settings);
   peers.handshake_timeout = settings.handshake_timeout;
   peers.load_timeout = settings.load_timeout;
   peers.abort_ack_timeout = settings.abort_ack_timeout;
-  if (!settings.allow_cidrs.empty()) {
-    auto allowlist = settings.allow_cidrs;
-    peers.allow_address = [allowlist](const boost::asio::ip::address& address) {
-      auto ip = config::IpAddress::Parse(address.to_string());
-      return ip && config::AllowlistPermits(allowlist, *ip);
-    };
-  }
+  peers.max_peers = settings.max_peers;
+  peers.max_rounds_per_peer = settings.max_rounds_per_peer;
+  peers.max_pending_lookups = settings.max_pending_lookups;
+  peers.max_queued_bytes = settings.max_queued_bytes;
+  peers.allow_address = MakeAllowAddress(settings);
   return peers;
 }
 
@@ -77,9 +92,12 @@ struct Daemon::Parts {
         engines(io.get_executor(), model, index, settings.node_id),
         peers(io, MakePeerConfig(settings), model, index, engines),
         signals(io, SIGTERM, SIGINT),
+        reload_signal(io, SIGHUP),
         drain_timer(io),
         watchdog_timer(io) {
     engines.set_peer_service(&peers);
+    engines.set_max_engines(settings.max_engines);
+    peers.set_counters(&engines.counters());
   }
 
   NodeModel model;
@@ -87,17 +105,30 @@ struct Daemon::Parts {
   EngineRegistry engines;
   PeerManager peers;
   std::unique_ptr<ControlServer> control;
+  std::unique_ptr<MetricsHttpServer> metrics_http;
   boost::asio::signal_set signals;
+  boost::asio::signal_set reload_signal;
   boost::asio::steady_timer drain_timer;
   boost::asio::steady_timer watchdog_timer;
 };
 
-Daemon::Daemon(config::Settings settings) : settings_(std::move(settings)) {}
+Daemon::Daemon(config::Settings settings, std::vector<std::string> argv)
+    : settings_(std::move(settings)), loaded_(settings_), argv_(std::move(argv)) {}
 
 Daemon::~Daemon() = default;
 
 int Daemon::Run() {
   parts_ = std::make_unique<Parts>(io_, settings_);
+  if (!settings_.tls_cert.empty()) {
+    std::string error;
+    auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca}, &error);
+    if (!tls) {
+      spdlog::error("cannot set up TLS for peer connections: {}", error);
+      return 1;
+    }
+    parts_->peers.set_tls(std::move(tls));
+    spdlog::info("peer connections use TLS 1.3 with mutual certificate verification (CA {})", settings_.tls_ca);
+  }
   uint16_t port = 0;
   try {
     port = parts_->peers.Listen();
@@ -114,10 +145,21 @@ int Daemon::Run() {
   options.node_id = settings_.node_id;
   options.listen = parts_->peers.listen_address();
   options.config = config::EffectiveConfigJson(settings_);
+  options.socket_group = settings_.socket_group;
+  options.allow_uids = settings_.allow_uids;
+  options.allow_gids = settings_.allow_gids;
   parts_->control = std::make_unique<ControlServer>(io_, std::move(options), parts_->engines);
   if (ApiStatus error = parts_->control->Start()) {
     spdlog::error("cannot open control socket: {}", error->message);
     return 1;
+  }
+  if (settings_.metrics_listen) {
+    parts_->metrics_http = std::make_unique<MetricsHttpServer>(io_, *settings_.metrics_listen,
+                                                               [this] { return parts_->control->MetricsText(); });
+    if (std::string error = parts_->metrics_http->Start(); !error.empty()) {
+      spdlog::error("{}", error);
+      return 1;
+    }
   }
 
   bool draining = false;  // from the signal on, systemd's STATUS says so
@@ -126,16 +168,20 @@ int Daemon::Run() {
     spdlog::info("received signal {}: draining", signal);
     draining = true;
     systemd::Stopping("draining");
+    boost::system::error_code ignored;
+    parts_->reload_signal.cancel(ignored);
     parts_->control->BeginShutdown();
     parts_->peers.Shutdown("kvpeerd is shutting down");
     // Results are queued for the engines now; give their polls a moment.
     parts_->drain_timer.expires_after(kDrainGrace);
     parts_->drain_timer.async_wait([this](boost::system::error_code) {
+      if (parts_->metrics_http) parts_->metrics_http->Stop();
       parts_->control->Stop();
       io_.stop();
     });
   });
 
+  WaitForReload();
   spdlog::info("kvpeerd ready: node_id={} listen={} socket={}", settings_.node_id, parts_->peers.listen_address(),
                settings_.socket_path);
   auto status = [this, &draining] {
@@ -148,6 +194,59 @@ int Daemon::Run() {
   io_.run();
   spdlog::info("kvpeerd stopped");
   return 0;
+}
+
+void Daemon::WaitForReload() {
+  parts_->reload_signal.async_wait([this](boost::system::error_code ec, int) {
+    if (ec) return;  // cancelled: draining
+    Reload();
+    WaitForReload();
+  });
+}
+
+void Daemon::Reload() {
+  Counters& counters = parts_->engines.counters();
+  if (argv_.empty()) {
+    spdlog::warn("reload: SIGHUP received but there is no command line to re-read; nothing changed");
+    return;
+  }
+  spdlog::info("reload: SIGHUP received; re-reading {}",
+               settings_.config_file.empty() ? "the command line (no --config)" : settings_.config_file);
+  std::vector<const char*> args;
+  for (const std::string& arg : argv_) args.push_back(arg.c_str());
+  config::ParseResult parsed = config::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  if (!parsed.settings) {
+    counters.Add("config_reload_failures");
+    std::string message = parsed.message;
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    spdlog::error("reload: the settings are invalid; nothing changed: {}", message);
+    return;
+  }
+  counters.Add("config_reloads");
+  const std::vector<config::SettingChange> changes = config::DiffSettings(loaded_, *parsed.settings);
+  size_t applied = 0;
+  for (const config::SettingChange& change : changes) {
+    if (change.live) {
+      ++applied;
+      spdlog::info("reload: {} {} -> {}", change.name, change.old_value, change.new_value);
+    } else {
+      spdlog::warn("reload: {} {} -> {} needs a restart; ignored", change.name, change.old_value, change.new_value);
+    }
+  }
+  if (applied == 0) {
+    spdlog::info("reload: no live setting changed");
+    return;
+  }
+  config::ApplyLiveSettings(*parsed.settings, &settings_);
+  config::ApplyLiveSettings(*parsed.settings, &loaded_);
+  ApplyLive();
+}
+
+void Daemon::ApplyLive() {
+  spdlog::set_level(spdlog::level::from_str(settings_.log_level));
+  parts_->peers.set_psk(MakePsk(settings_));
+  parts_->peers.set_allow_address(MakeAllowAddress(settings_));
+  parts_->control->set_config(config::EffectiveConfigJson(settings_));
 }
 
 }  // namespace kvpeer::daemon

@@ -1,11 +1,19 @@
 // Daemon: one kvpeerd node. It composes the parts on one io_context: the
 // node's model settings, the node-wide block index, the engines (control
-// side), the peers (peer side) and the control socket, and runs them until
-// SIGTERM/SIGINT, when it drains: every job ends with a result before the
-// control socket closes, within a bounded time.
+// side), the peers (peer side), the control socket and the optional metrics
+// listener, and runs them until SIGTERM/SIGINT, when it drains: every job
+// ends with a result before the control socket closes, within a bounded time.
+//
+// SIGHUP reloads: the command line (`argv`) is parsed again, which re-reads
+// the config file and the PSK file, and the options marked live in the
+// option table (log-level, allow-cidr, psk-file) take effect for what
+// happens from then on; each change is logged, as is every changed option
+// that needs a restart (and is ignored). An invalid file changes nothing.
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -15,7 +23,9 @@ namespace kvpeer::daemon {
 
 class Daemon {
  public:
-  explicit Daemon(config::Settings settings);
+  // `argv` is the command line the settings came from (for SIGHUP); empty:
+  // SIGHUP only says that there is nothing to re-read.
+  explicit Daemon(config::Settings settings, std::vector<std::string> argv = {});
   ~Daemon();
 
   // Runs until a termination signal has been handled; the exit status.
@@ -23,7 +33,14 @@ class Daemon {
 
  private:
   struct Parts;
+  void WaitForReload();
+  void Reload();
+  // Pushes the live settings into the running parts.
+  void ApplyLive();
+
   config::Settings settings_;
+  config::Settings loaded_;  // as last parsed (node id unresolved), for reload diffs
+  std::vector<std::string> argv_;
   boost::asio::io_context io_;
   std::unique_ptr<Parts> parts_;
 };

@@ -5,6 +5,7 @@
 #include "config/version.h"
 #include "daemon/engine_session.h"
 #include "daemon/json_request.h"
+#include "daemon/reason_labels.h"
 #include "protocol/limits.h"
 
 namespace kvpeer::daemon {
@@ -32,6 +33,16 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
                                             std::to_string(protocol::kMaxBlockLen) + ", is 0");
   }
   if (ApiStatus incompatible = model_.CheckOrAdopt(settings)) return incompatible;
+  if (max_engines_ != 0 && engines_.size() >= max_engines_) {
+    // conflict: the request is valid but the node's state refuses it; it
+    // succeeds once another engine session has ended.
+    const std::string why = "max-engines (" + std::to_string(max_engines_) + ") reached: this node already has " +
+                            std::to_string(engines_.size()) +
+                            " engine sessions; one must end first, or raise --max-engines";
+    limits_.Hit(&counters_, "limit_max_engines",
+                "engine '" + client + "' (pid " + std::to_string(credentials.pid) + ") refused: " + why);
+    return Fail(ErrorCode::kConflict, why);
+  }
 
   const EngineId id = next_engine_++;
   *session = std::make_shared<EngineSession>(*this, id, client, settings.block_len, credentials);
@@ -74,6 +85,11 @@ void EngineRegistry::OnLoadResult(const session::JobResult& result) {
 
 void EngineRegistry::OnStoreResult(const session::JobResult& result) {
   counters_.Add(result.success ? "store_results_succeeded" : "store_results_failed");
+  if (!result.success) {
+    counters_.Add("store_failures_" + std::string(kStoreFailureLabels[ClassifyStoreFailure(result.reason)]));
+    spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id, result.kv_request_id,
+                 result.reason);
+  }
   int64_t engine_job = 0;
   if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
     session->OnStoreResult(engine_job, result);
@@ -105,6 +121,15 @@ void EngineRegistry::ReleaseKv(const std::string& peer, const std::string& kv_re
 }
 
 void EngineRegistry::Unregister(EngineId engine) { engines_.erase(engine); }
+
+EngineRegistry::Totals EngineRegistry::EngineTotals() const {
+  Totals totals;
+  for (const auto& [id, session] : engines_) {
+    totals.loads_in_flight += session->loads_in_flight();
+    totals.jobs_pending += session->jobs_pending();
+  }
+  return totals;
+}
 
 json::array EngineRegistry::EnginesStatus() const {
   json::array engines;

@@ -27,6 +27,7 @@
 #include "daemon/api_error.h"
 #include "daemon/block_index.h"
 #include "daemon/counters.h"
+#include "daemon/limit_reporter.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_service.h"
 
@@ -59,6 +60,9 @@ class EngineRegistry : public ResultSink {
   // The node id answered to `hello`, when known only once the peer
   // listener is bound (a port 0 listen).
   void set_node_id(std::string node_id) { node_id_ = std::move(node_id); }
+  // --max-engines: a hello beyond this many engine sessions answers
+  // conflict (counted as limit_max_engines). 0 = no limit.
+  void set_max_engines(size_t max_engines) { max_engines_ = max_engines; }
 
   // The `hello` op: checks the engine's settings against the node's and
   // opens its session. On success *session is set and *response holds
@@ -74,6 +78,12 @@ class EngineRegistry : public ResultSink {
   // status.engines: one object per engine session.
   boost::json::array EnginesStatus() const;
   size_t engine_count() const { return engines_.size(); }
+  // Sums over the engine sessions, for the metrics.
+  struct Totals {
+    size_t loads_in_flight = 0;
+    size_t jobs_pending = 0;
+  };
+  Totals EngineTotals() const;
   Counters& counters() { return counters_; }
   const Counters& counters() const { return counters_; }
 
@@ -105,6 +115,8 @@ class EngineRegistry : public ResultSink {
   std::string node_id_;
   PeerService* peers_ = nullptr;
   Counters counters_;
+  size_t max_engines_ = 0;
+  LimitReporter limits_;
 
   EngineId next_engine_ = 1;
   session::JobId next_job_ = 1;

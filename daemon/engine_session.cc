@@ -285,6 +285,7 @@ ApiStatus EngineSession::Store(const json::object& request, json::object*) {
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddStore(job_id, node_job, kv_request_id);
   kv_ids_.insert(kv_request_id);
+  stored_kv_ids_.insert(kv_request_id);
   std::vector<session::PinRef> pins;
   {
     auto guard = std::make_shared<StoreGuard>(weak_from_this(), job_id, node_job);
@@ -302,14 +303,23 @@ ApiStatus EngineSession::Finish(const json::object& request, json::object*) {
   if (!reader.ok()) return reader.status();
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
-  peers->Finish(kv_request_id);
+  FinishOnPeers(*peers, kv_request_id);
   // The request is over on every peer: another engine may use its id now.
   for (auto it = kv_claims_.begin(); it != kv_claims_.end();) {
     if (it->second == kv_request_id) registry_.ReleaseKv(it->first, it->second);
     it = it->second == kv_request_id ? kv_claims_.erase(it) : std::next(it);
   }
   kv_ids_.erase(kv_request_id);
+  stored_kv_ids_.erase(kv_request_id);
   return std::nullopt;
+}
+
+void EngineSession::FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const {
+  std::vector<std::string> client_peers;
+  for (const auto& [peer, kv] : kv_claims_) {
+    if (kv == kv_request_id) client_peers.push_back(peer);
+  }
+  peers.Finish(kv_request_id, client_peers, stored_kv_ids_.contains(kv_request_id));
 }
 
 boost::asio::awaitable<ApiStatus> EngineSession::Poll(const json::object& request, json::object* response) {
@@ -346,16 +356,18 @@ void EngineSession::Close() {
   registry_.Unregister(id_);
   registry_.index().RemoveEngine(id_);
   for (session::JobId node_job : jobs_.NodeJobs()) registry_.DropRoute(node_job);
-  for (const auto& [peer, kv_request_id] : kv_claims_) registry_.ReleaseKv(peer, kv_request_id);
-  kv_claims_.clear();
   const size_t open_jobs = jobs_.size();
   jobs_.Clear();
   const std::set<std::string> requests = std::move(kv_ids_);
   kv_ids_.clear();
-  // Ends in-flight loads and cancels store supply on every peer.
+  // Ends this engine's in-flight loads and probes on the peers it used, and
+  // what it produces on every peer; other engines' use of an id is untouched.
   if (PeerService* peers = Peers()) {
-    for (const std::string& kv_request_id : requests) peers->Finish(kv_request_id);
+    for (const std::string& kv_request_id : requests) FinishOnPeers(*peers, kv_request_id);
   }
+  for (const auto& [peer, kv_request_id] : kv_claims_) registry_.ReleaseKv(peer, kv_request_id);
+  kv_claims_.clear();
+  stored_kv_ids_.clear();
   // In-flight loads and pins keep the mapping until they end.
   region_.reset();
   spdlog::info("engine {} '{}' (pid {}) closed: {} requests finished, {} jobs dropped", id_, client_,

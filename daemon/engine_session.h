@@ -78,8 +78,12 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   const PeerCredentials& credentials() const { return credentials_; }
   uint32_t num_blocks() const { return region_ ? region_->num_blocks() : 0; }
   size_t loads_in_flight() const { return jobs_.loads_in_flight(); }
+  // Jobs whose result `poll` has not delivered yet (metrics).
+  size_t jobs_pending() const { return jobs_.size(); }
 
  private:
+  // Finishes this engine's halves of `kv_request_id` on the peer side.
+  void FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const;
   // A store's pins all hold one guard; its destruction means they dropped.
   class StoreGuard;
 
@@ -105,6 +109,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
 
   EngineJobs jobs_;
   std::set<std::string> kv_ids_;                             // every request used; finished on Close
+  std::set<std::string> stored_kv_ids_;                      // requests this engine supplied (producer)
   std::set<std::pair<std::string, std::string>> kv_claims_;  // (peer, kv_request_id) claimed in the registry
 
   boost::asio::steady_timer poll_timer_;

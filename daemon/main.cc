@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "config/settings.h"
 #include "daemon/daemon.h"
@@ -31,6 +33,6 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   SetUpLogging(*parsed.settings);
-  kvpeer::daemon::Daemon daemon(std::move(*parsed.settings));
+  kvpeer::daemon::Daemon daemon(std::move(*parsed.settings), std::vector<std::string>(argv, argv + argc));
   return daemon.Run();
 }

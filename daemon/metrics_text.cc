@@ -1,40 +1,33 @@
 #include "daemon/metrics_text.h"
 
-#include <map>
+#include <array>
 #include <string_view>
 
 #include <boost/json/value.hpp>
-#include <fmt/format.h>
+
+#include "config/version.h"
+#include "daemon/metrics.h"
+#include "daemon/peer_service.h"
 
 namespace kvpeer::daemon {
 namespace {
 
 namespace json = boost::json;
 
-constexpr std::string_view kErrorPrefix = "errors_";
-constexpr const char* kPeerStates[] = {"connecting", "handshaking", "ready", "backoff", "closed"};
+constexpr std::array<std::string_view, 5> kPeerStates = {"connecting", "handshaking", "ready", "backoff", "closed"};
 
-void Family(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
-
-void Sample(std::string* out, std::string_view name, std::string_view labels, uint64_t value) {
-  fmt::format_to(std::back_inserter(*out), "{}{} {}\n", name, labels, value);
-}
-
-// A label value with \, " and newline escaped as the format requires.
-std::string Label(std::string_view key, std::string_view value) {
-  std::string escaped;
-  for (char c : value) {
-    if (c == '\\' || c == '"') escaped.push_back('\\');
-    if (c == '\n') {
-      escaped += "\\n";
-      continue;
-    }
-    escaped.push_back(c);
-  }
-  return fmt::format("{{{}=\"{}\"}}", key, escaped);
-}
+// Control-side counter names that become one labelled family.
+struct LabelledCounter {
+  std::string_view prefix;
+  const char* family;
+  const char* label;
+  const char* help;
+};
+constexpr std::array<LabelledCounter, 3> kLabelledCounters = {{
+    {"op_", "kvpeer_control_requests_total", "op", "Control requests by op (unknown: an op not in the API)."},
+    {"errors_", "kvpeer_control_errors_total", "code", "Control requests answered with an error, by code."},
+    {"store_failures_", "kvpeer_store_failures_total", "reason", "Store jobs that failed, by reason."},
+}};
 
 // Counter names are snake_case already; anything else becomes '_'.
 std::string MetricName(std::string_view name) {
@@ -56,66 +49,90 @@ std::string_view Str(const json::object& object, std::string_view key) {
   return value != nullptr && value->is_string() ? std::string_view(value->get_string()) : std::string_view();
 }
 
-void PeerMetrics(std::string* out, const json::array& peers) {
-  std::map<std::string_view, uint64_t> by_state;
-  for (const char* state : kPeerStates) by_state[state] = 0;
+void PeerStatusMetrics(metrics::Registry& registry, const json::array& peers) {
+  std::array<uint64_t, kPeerStates.size()> by_state{};
   for (const json::value& peer : peers) {
-    if (peer.is_object()) ++by_state[Str(peer.get_object(), "state")];
+    if (!peer.is_object()) continue;
+    for (size_t i = 0; i < kPeerStates.size(); ++i) {
+      if (Str(peer.get_object(), "state") == kPeerStates[i]) ++by_state[i];
+    }
   }
-  Family(out, "kvpeer_peers", "gauge", "Peer sessions by state.");
-  for (const auto& [state, count] : by_state) Sample(out, "kvpeer_peers", Label("state", state), count);
+  auto& states = registry.Gauge("kvpeer_peers", "Peers by session state.", {"state"});
+  for (size_t i = 0; i < kPeerStates.size(); ++i) states.Set({kPeerStates[i]}, static_cast<double>(by_state[i]));
 
   struct PerPeer {
     const char* field;
     const char* name;
-    const char* type;
+    metrics::Type type;
     const char* help;
   };
   static constexpr PerPeer kPerPeer[] = {
-      {"bytes_sent", "kvpeer_peer_bytes_sent_total", "counter", "Bytes sent to the peer."},
-      {"bytes_received", "kvpeer_peer_bytes_received_total", "counter", "Bytes received from the peer."},
-      {"loads_in_flight", "kvpeer_peer_loads_in_flight", "gauge", "Loads from the peer still owed a result."},
-      {"rounds_serving", "kvpeer_peer_rounds_serving", "gauge", "Fetch rounds being served to the peer."},
+      {"bytes_sent", "kvpeer_peer_bytes_sent_total", metrics::Type::kCounter, "Bytes sent to the peer."},
+      {"bytes_received", "kvpeer_peer_bytes_received_total", metrics::Type::kCounter,
+       "Bytes received from the peer."},
+      {"loads_in_flight", "kvpeer_peer_loads_in_flight", metrics::Type::kGauge,
+       "Loads from the peer still owed a result."},
+      {"rounds_serving", "kvpeer_peer_rounds_serving", metrics::Type::kGauge,
+       "Fetch rounds of the peer being served."},
   };
   for (const PerPeer& metric : kPerPeer) {
-    Family(out, metric.name, metric.type, metric.help);
+    metrics::Family& family = metric.type == metrics::Type::kCounter
+                                  ? registry.Counter(metric.name, metric.help, {"peer"})
+                                  : registry.Gauge(metric.name, metric.help, {"peer"});
     for (const json::value& peer : peers) {
       if (!peer.is_object()) continue;
       const json::object& object = peer.get_object();
-      Sample(out, metric.name, Label("peer", Str(object, "peer_id")), Uint(object, metric.field));
+      const uint64_t value = Uint(object, metric.field);
+      if (metric.type == metrics::Type::kCounter) {
+        family.Add({Str(object, "peer_id")}, value);
+      } else {
+        family.Set({Str(object, "peer_id")}, static_cast<double>(value));
+      }
     }
+  }
+}
+
+void CounterMetrics(metrics::Registry& registry, const Counters& counters) {
+  for (const LabelledCounter& labelled : kLabelledCounters) {
+    metrics::Family& family = registry.Counter(labelled.family, labelled.help, {labelled.label});
+    for (const auto& [name, value] : counters.values()) {
+      if (name.starts_with(labelled.prefix)) family.Add({std::string_view(name).substr(labelled.prefix.size())}, value);
+    }
+  }
+  for (const auto& [name, value] : counters.values()) {
+    bool labelled = false;
+    for (const LabelledCounter& family : kLabelledCounters) labelled = labelled || name.starts_with(family.prefix);
+    if (labelled) continue;
+    registry.Counter(MetricName(name), "Control-side count of " + name + ".").Add({}, value);
   }
 }
 
 }  // namespace
 
 std::string FormatMetrics(const MetricsInput& input) {
-  std::string out;
-  Family(&out, "kvpeer_up", "gauge", "1 while the daemon runs.");
-  Sample(&out, "kvpeer_up", "", 1);
-  Family(&out, "kvpeer_uptime_seconds", "gauge", "Seconds since the control socket opened.");
-  Sample(&out, "kvpeer_uptime_seconds", "", static_cast<uint64_t>(input.uptime_s));
-  Family(&out, "kvpeer_engines", "gauge", "Engine sessions connected.");
-  Sample(&out, "kvpeer_engines", "", input.engines);
-  Family(&out, "kvpeer_control_connections_open", "gauge", "Open control socket connections.");
-  Sample(&out, "kvpeer_control_connections_open", "", input.control_connections);
-  PeerMetrics(&out, input.peers);
-  if (input.counters == nullptr) return out;
-
-  Family(&out, "kvpeer_control_errors_total", "counter", "Control requests answered with an error, by code.");
-  for (const auto& [name, value] : input.counters->values()) {
-    if (name.starts_with(kErrorPrefix)) {
-      Sample(&out, "kvpeer_control_errors_total", Label("code", std::string_view(name).substr(kErrorPrefix.size())),
-             value);
-    }
-  }
-  for (const auto& [name, value] : input.counters->values()) {
-    if (name.starts_with(kErrorPrefix)) continue;
-    const std::string metric = MetricName(name);
-    Family(&out, metric, "counter", "Control-side count of " + name + ".");
-    Sample(&out, metric, "", value);
-  }
-  return out;
+  metrics::Registry registry;
+  const auto gauge = [&](const char* name, const char* help, double value) {
+    registry.Gauge(name, help).Set({}, value);
+  };
+  gauge("kvpeer_up", "1 while the daemon runs.", 1);
+  registry.Gauge("kvpeer_build_info", "The daemon's version and wire protocol version; always 1.",
+                 {"version", "wire_version"})
+      .Set({kVersion, kWireVersion}, 1);
+  gauge("kvpeer_uptime_seconds", "Seconds since the control socket opened.", static_cast<double>(input.uptime_s));
+  gauge("kvpeer_engines", "Engine sessions connected.", static_cast<double>(input.engines));
+  gauge("kvpeer_control_connections_open", "Open control socket connections.",
+        static_cast<double>(input.control_connections));
+  gauge("kvpeer_published_keys", "Keys published by the node's engines.", static_cast<double>(input.published_keys));
+  gauge("kvpeer_pins", "Live pins on engine blocks (held by lookup rounds, queued frames and store jobs).",
+        static_cast<double>(input.pins));
+  gauge("kvpeer_engine_loads_in_flight", "Engines' loads still owed a result.",
+        static_cast<double>(input.engine_loads_in_flight));
+  gauge("kvpeer_engine_jobs_pending", "Engines' jobs whose result poll has not delivered yet.",
+        static_cast<double>(input.engine_jobs_pending));
+  PeerStatusMetrics(registry, input.peers);
+  if (input.counters != nullptr) CounterMetrics(registry, *input.counters);
+  if (input.peer_service != nullptr) input.peer_service->CollectMetrics(registry);
+  return registry.Text();
 }
 
 }  // namespace kvpeer::daemon

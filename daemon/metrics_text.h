@@ -1,12 +1,20 @@
-// FormatMetrics: the `metrics` op's text, in the Prometheus text exposition
-// format (version 0.0.4).
+// FormatMetrics: the daemon's metrics as Prometheus text (exposition format
+// 0.0.4), answered by the `metrics` op and by the --metrics-listen HTTP
+// listener. docs/operations.md lists every family.
 //
-// Every family has HELP and TYPE lines before its samples; counters end in
-// _total. Control-side counters become kvpeer_<name>_total, except the
-// errors_<code> ones, which form kvpeer_control_errors_total{code="..."}.
-// Per-peer values come from the peers' status objects.
+// A fresh metrics::Registry is filled per call:
+//   * node: kvpeer_up, kvpeer_build_info, kvpeer_uptime_seconds;
+//   * control side: engines, control connections, published keys, pins,
+//     engine loads in flight and jobs awaiting poll; the control-side
+//     Counters, where op_<op> become kvpeer_control_requests_total{op},
+//     errors_<code> kvpeer_control_errors_total{code}, store_failures_<r>
+//     kvpeer_store_failures_total{reason} and any other name N
+//     kvpeer_N_total;
+//   * peers from their status objects: kvpeer_peers{state} and the
+//     per-peer bytes, loads in flight and rounds serving;
+//   * everything else of the peer side through PeerService::CollectMetrics.
 //
-// Thread-safety: a pure function.
+// Thread-safety: none; called on the daemon's event loop.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +26,19 @@
 
 namespace kvpeer::daemon {
 
+class PeerService;
+
 struct MetricsInput {
   int64_t uptime_s = 0;
   size_t engines = 0;
   size_t control_connections = 0;
+  size_t published_keys = 0;
+  uint64_t pins = 0;
+  size_t engine_loads_in_flight = 0;
+  size_t engine_jobs_pending = 0;
   boost::json::array peers;  // as PeerService::PeersStatus()
   const Counters* counters = nullptr;
+  const PeerService* peer_service = nullptr;  // adds its own families when set
 };
 
 std::string FormatMetrics(const MetricsInput& input);

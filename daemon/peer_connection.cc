@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
@@ -19,11 +21,14 @@ using asio::ip::tcp;
 
 namespace {
 
-// Large enough to take many small control frames per read, small enough
-// that block payloads mostly bypass it and land in their slots directly.
-constexpr size_t kReadAheadBytes = 64 * 1024;
 // Ticks run at least this often so liveness and timeouts never drift far.
 constexpr auto kMaxTickInterval = std::chrono::milliseconds(200);
+// How long a failed handshake keeps the socket open for its disconnect to
+// follow a frame still being written (Linger).
+constexpr auto kMaxLinger = std::chrono::seconds(1);
+// Lookups awaiting their lookup_resp for the round-trip histogram; a peer
+// that never answers cannot grow this beyond the bound.
+constexpr size_t kMaxLookupsAwaiting = 4096;
 
 uint64_t PayloadBytes(const session::OutFrame& frame) {
   uint64_t total = 0;
@@ -33,13 +38,26 @@ uint64_t PayloadBytes(const session::OutFrame& frame) {
 
 }  // namespace
 
-PeerConnection::PeerConnection(tcp::socket socket, session::SessionConfig config, session::BlockIndex& index,
+ConnectionStats& ConnectionStats::operator+=(const ConnectionStats& other) {
+  for (size_t i = 0; i < kMessageKinds; ++i) {
+    frames_sent[i] += other.frames_sent[i];
+    frames_received[i] += other.frames_received[i];
+  }
+  lookup_keys_sent += other.lookup_keys_sent;
+  lookup_hits_received += other.lookup_hits_received;
+  lookup_keys_served += other.lookup_keys_served;
+  lookup_hits_served += other.lookup_hits_served;
+  return *this;
+}
+
+PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config, session::BlockIndex& index,
                                std::string expected_peer_id, ConnectionListener& listener)
-    : socket_(std::move(socket)),
+    : stream_(std::move(stream)),
+      socket_(stream_.socket()),
       index_(index),
       listener_(listener),
       decoder_(protocol::DecodeContext{config.block_len}),
-      read_buffer_(kReadAheadBytes),
+      reader_wake_(socket_.get_executor()),
       writer_wake_(socket_.get_executor()),
       tick_timer_(socket_.get_executor()) {
   writer_wake_.expires_at(asio::steady_timer::time_point::max());
@@ -52,26 +70,51 @@ PeerConnection::PeerConnection(tcp::socket socket, session::SessionConfig config
 PeerConnection::~PeerConnection() = default;
 
 std::string PeerConnection::remote_address() const {
+  if (!remote_.empty()) return remote_;
   boost::system::error_code ec;
   auto endpoint = socket_.remote_endpoint(ec);
   if (ec) return "unknown";
-  return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  const std::string host = endpoint.address().to_string();
+  return (endpoint.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(endpoint.port());
 }
 
 void PeerConnection::StartAccepted() {
+  remote_ = remote_address();
   socket_.set_option(tcp::no_delay(true));
   session_->Start();
+  if (stream_.tls()) {
+    // Our connect waits in the queue until the TLS handshake is done; the
+    // tick loop runs from now on so the handshake deadline covers it.
+    StartTickLoop();
+    auto self = shared_from_this();
+    asio::co_spawn(socket_.get_executor(), [self]() { return self->AcceptTls(); }, asio::detached);
+    return;
+  }
+  StartLoops();
+  AfterSessionActivity();
+}
+
+asio::awaitable<void> PeerConnection::AcceptTls() {
+  auto self = shared_from_this();
+  boost::system::error_code ec;
+  co_await stream_.Handshake(asio::ssl::stream_base::server, ec);
+  if (closed_) co_return;
+  if (ec) {
+    CloseSocketAndSession("TLS handshake failed: " + ec.message());
+    co_return;
+  }
   StartLoops();
   AfterSessionActivity();
 }
 
 void PeerConnection::StartDial(const std::string& host, const std::string& port) {
   dialled_ = true;
+  remote_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;  // until connected
   session_->Start();  // our connect waits in the queue until the socket is up
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), [self, host, port]() { return self->Dial(host, port); }, asio::detached);
   // The tick loop runs from now on so the handshake deadline covers the dial.
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->TickLoop(); }, asio::detached);
+  StartTickLoop();
 }
 
 asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port) {
@@ -85,7 +128,18 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port) {
     CloseSocketAndSession("cannot connect to " + host + ":" + port + ": " + ec.message());
     co_return;
   }
+  remote_.clear();  // the address actually connected to
+  remote_ = remote_address();
   socket_.set_option(tcp::no_delay(true));
+  if (stream_.tls()) {
+    stream_.VerifyPeerName(host);
+    co_await stream_.Handshake(asio::ssl::stream_base::client, ec);
+    if (closed_) co_return;
+    if (ec) {
+      CloseSocketAndSession("TLS handshake with " + host + ":" + port + " failed: " + ec.message());
+      co_return;
+    }
+  }
   StartLoops();
   AfterSessionActivity();
 }
@@ -95,7 +149,14 @@ void PeerConnection::StartLoops() {
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
   asio::co_spawn(socket_.get_executor(), [self]() { return self->WriteLoop(); }, asio::detached);
-  if (!dialled_) asio::co_spawn(socket_.get_executor(), [self]() { return self->TickLoop(); }, asio::detached);
+  StartTickLoop();
+}
+
+void PeerConnection::StartTickLoop() {
+  if (tick_started_) return;
+  tick_started_ = true;
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->TickLoop(); }, asio::detached);
 }
 
 // ---------------------------------------------------------------------------
@@ -104,28 +165,31 @@ void PeerConnection::StartLoops() {
 asio::awaitable<void> PeerConnection::ReadLoop() {
   auto self = shared_from_this();
   while (!closed_) {
-    if (read_begin_ == read_end_) {
-      read_begin_ = read_end_ = 0;
+    if (max_queued_bytes_ != 0 && queued_bytes_ > max_queued_bytes_) {
+      co_await WaitForQueueToDrain();
+      continue;
+    }
+    {
+      // Every read goes exactly where the decoder wants its next bytes: the
+      // prefix, the header, or the payload's destination slot. No payload
+      // byte is ever copied in user space, so an engine that shrinks its
+      // region under a load makes the kernel fail the read (EFAULT) instead
+      // of the daemon faulting (SIGBUS).
       boost::system::error_code ec;
-      size_t n = 0;
-      if (decoder_.state() == protocol::FrameDecoder::State::kReadingPayload) {
-        // Straight into the destination slot (or the discard scratch).
-        auto target = decoder_.WritableSpan();
-        n = co_await socket_.async_read_some(asio::buffer(target.data(), target.size()),
-                                             asio::redirect_error(asio::use_awaitable, ec));
-        if (closed_) co_return;
-        if (!ec) {
-          bytes_received_ += n;
-          decoder_.Commit(n);
-        }
-      } else {
-        n = co_await socket_.async_read_some(asio::buffer(read_buffer_),
-                                             asio::redirect_error(asio::use_awaitable, ec));
-        if (closed_) co_return;
-        if (!ec) {
-          bytes_received_ += n;
-          read_end_ = n;
-        }
+      const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
+      auto target = decoder_.WritableSpan();
+      size_t n = co_await stream_.async_read_some(asio::buffer(target.data(), target.size()),
+                                                  asio::redirect_error(asio::use_awaitable, ec));
+      if (closed_) co_return;
+      if (!ec) {
+        bytes_received_ += n;
+        decoder_.Commit(n);
+        // A slow but moving data frame is not silence; a dribbled header is.
+        if (payload) session_->NoteBytesReceived();
+      }
+      if (ec == boost::system::errc::bad_address) {
+        CloseSocketAndSession("a destination slot is no longer mapped (engine region truncated?)");
+        co_return;
       }
       if (ec) {
         CloseSocketAndSession(ec == asio::error::eof ? "peer closed the connection"
@@ -133,11 +197,25 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
         co_return;
       }
     }
-    if (read_begin_ < read_end_) {
-      read_begin_ += decoder_.Feed({read_buffer_.data() + read_begin_, read_end_ - read_begin_});
-    }
     if (!ProcessDecoderState()) co_return;
   }
+}
+
+// Reading only what the writer can answer keeps a peer that sends lookups
+// but never reads our answers from growing the queue without bound: its
+// frames wait in the kernel's buffers, then in its own.
+asio::awaitable<void> PeerConnection::WaitForQueueToDrain() {
+  reading_paused_ = true;
+  listener_.OnLimitHit(*this, "max-queued-bytes", 1,
+                       "stopped reading: " + std::to_string(queued_bytes_) +
+                           " bytes wait to be written (max-queued-bytes " + std::to_string(max_queued_bytes_) +
+                           "); the peer is not reading what we send");
+  while (!closed_ && queued_bytes_ > max_queued_bytes_ / 2) {
+    boost::system::error_code ec;
+    reader_wake_.expires_at(asio::steady_timer::time_point::max());
+    co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  reading_paused_ = false;
 }
 
 bool PeerConnection::ProcessDecoderState() {
@@ -145,6 +223,7 @@ bool PeerConnection::ProcessDecoderState() {
   for (;;) {
     switch (decoder_.state()) {
       case State::kFailed:
+        NoteViolation(decoder_.error(), nullptr);
         session_->Close(decoder_.error().message(), true);
         AfterSessionActivity();
         return false;
@@ -161,10 +240,6 @@ bool PeerConnection::ProcessDecoderState() {
       default:
         return true;
     }
-    // A state change may have made buffered bytes consumable again.
-    if (read_begin_ < read_end_ && decoder_.state() != State::kFrameReady) {
-      read_begin_ += decoder_.Feed({read_buffer_.data() + read_begin_, read_end_ - read_begin_});
-    }
   }
 }
 
@@ -177,6 +252,7 @@ bool PeerConnection::OnHeaderReady() {
   session::BlockDataPlan plan;
   Status status = session_->OnBlockDataHeader(*block_data, &plan);
   if (!status.ok()) {
+    NoteViolation(status, &decoder_.message());
     AfterSessionActivity();
     return false;
   }
@@ -190,10 +266,18 @@ bool PeerConnection::OnHeaderReady() {
 
 void PeerConnection::OnFrameReady() {
   const auto& message = decoder_.message();
+  CountReceived(message);
+  const uint64_t refused = session_->RoundsRefused();
   if (const auto* block_data = std::get_if<protocol::BlockData>(&message)) {
     session_->OnBlockDataComplete(*block_data);
-  } else {
-    session_->OnMessage(message);
+  } else if (Status status = session_->OnMessage(message); !status.ok()) {
+    NoteViolation(status, &message);
+  }
+  if (const uint64_t now_refused = session_->RoundsRefused(); now_refused != refused) {
+    const bool lookup = std::holds_alternative<protocol::Lookup>(message);
+    listener_.OnLimitHit(*this, "max-rounds-per-peer", now_refused - refused,
+                         std::string(lookup ? "answered a lookup all-miss" : "failed a fetch") + ": " +
+                             std::to_string(session_->RoundsOpen()) + " rounds are open for this peer");
   }
   decoder_.NextFrame();
   AfterSessionActivity();
@@ -202,9 +286,55 @@ void PeerConnection::OnFrameReady() {
 // ---------------------------------------------------------------------------
 // Writing
 
+void PeerConnection::CountReceived(const protocol::Message& message) {
+  ++stats_.frames_received[message.index()];
+  if (const auto* lookup = std::get_if<protocol::Lookup>(&message)) {
+    stats_.lookup_keys_served += lookup->keys.size();
+  } else if (const auto* resp = std::get_if<protocol::LookupResp>(&message)) {
+    for (bool hit : resp->hits) stats_.lookup_hits_received += hit ? 1 : 0;
+    // The peer answers lookups in the order they were sent; an entry
+    // skipped here was never answered.
+    for (auto it = lookups_awaiting_.begin(); it != lookups_awaiting_.end(); ++it) {
+      if (it->first != resp->round_seq) continue;
+      listener_.OnLookupAnswered(std::chrono::steady_clock::now() - it->second);
+      lookups_awaiting_.erase(lookups_awaiting_.begin(), std::next(it));
+      break;
+    }
+  }
+}
+
+void PeerConnection::CountSent(const protocol::Message& message) {
+  ++stats_.frames_sent[message.index()];
+  if (const auto* lookup = std::get_if<protocol::Lookup>(&message)) {
+    stats_.lookup_keys_sent += lookup->keys.size();
+  } else if (const auto* resp = std::get_if<protocol::LookupResp>(&message)) {
+    for (bool hit : resp->hits) stats_.lookup_hits_served += hit ? 1 : 0;
+  }
+}
+
+void PeerConnection::NoteViolation(const Status& status, const protocol::Message* message) {
+  if (violation_) return;
+  if (message == nullptr) {  // the frame decoder failed: nothing of the frame is trusted
+    violation_ = "malformed_frame";
+  } else if (status.code() != Status::Code::kViolation) {
+    return;
+  } else if (status.message().ends_with(" before handshake")) {
+    violation_ = "before_handshake";
+  } else {
+    violation_ = "bad_" + std::string(protocol::TypeName(*message));
+  }
+}
+
 void PeerConnection::Enqueue(session::OutFrame frame) {
   if (closed_) return;
-  write_queue_.push_back(std::move(frame));
+  if (const auto* lookup = std::get_if<protocol::Lookup>(&frame.message)) {
+    if (lookups_awaiting_.size() == kMaxLookupsAwaiting) lookups_awaiting_.pop_front();
+    lookups_awaiting_.emplace_back(lookup->round_seq, std::chrono::steady_clock::now());
+  }
+  std::string head = protocol::EncodeFrame(frame.message, PayloadBytes(frame));
+  queued_bytes_ += head.size();
+  queued_bytes_peak_ = std::max(queued_bytes_peak_, queued_bytes_);
+  write_queue_.push_back(QueuedFrame{std::move(frame), std::move(head)});
   writer_wake_.cancel();
 }
 
@@ -223,23 +353,30 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
       co_await writer_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    session::OutFrame frame = std::move(write_queue_.front());
+    QueuedFrame queued = std::move(write_queue_.front());
     write_queue_.pop_front();
-    std::string head = protocol::EncodeFrame(frame.message, PayloadBytes(frame));
+    queued_bytes_ -= queued.head.size();
+    if (reading_paused_ && queued_bytes_ <= max_queued_bytes_ / 2) reader_wake_.cancel();
+    session::OutFrame& frame = queued.frame;
+    const std::string& head = queued.head;
     std::vector<asio::const_buffer> buffers;
     buffers.reserve(1 + frame.blocks.size());
     buffers.emplace_back(head.data(), head.size());
     for (const auto& block : frame.blocks) buffers.emplace_back(block->bytes().data(), block->bytes().size());
     boost::system::error_code ec;
     write_in_progress_ = true;
-    size_t n = co_await asio::async_write(socket_, buffers, asio::redirect_error(asio::use_awaitable, ec));
+    size_t n = co_await stream_.async_write(buffers, asio::redirect_error(asio::use_awaitable, ec));
     write_in_progress_ = false;
     bytes_sent_ += n;
-    if (closed_) co_return;
+    if (closed_) {
+      EndLinger();  // the frame is out: the disconnect may follow it
+      co_return;
+    }
     if (ec) {
       CloseSocketAndSession("write failed: " + ec.message());
       co_return;
     }
+    CountSent(frame.message);
     // `frame` dies here: its source blocks are unpinned now that they are on the wire.
   }
 }
@@ -264,16 +401,27 @@ asio::awaitable<void> PeerConnection::TickLoop() {
 void PeerConnection::AfterExternalOp() { AfterSessionActivity(); }
 
 void PeerConnection::AfterSessionActivity() {
+  if (!ever_ready_ && session_->ready()) ever_ready_ = true;
   if (!closed_ && session_->state() == session::PeerSession::State::kClosed) {
     // The session ended itself (violation, timeout, peer's disconnect): stop
     // the socket before anyone learns that its loads failed.
-    TrySendDisconnectNow();
+    //
+    // Except during a handshake that fails while a frame of ours is still
+    // being written (typically our connect_ack crossing the peer's, whose
+    // proof is wrong): the disconnect naming the reason would be lost, so
+    // the socket stays open until that frame is out (Linger). Before ready
+    // nothing is read into a slot, so no result is at risk.
+    const bool linger = write_in_progress_ && !ever_ready_ &&
+                        decoder_.state() != protocol::FrameDecoder::State::kReadingPayload;
+    if (!linger) TrySendDisconnectNow();
     closed_ = true;
     boost::system::error_code ignored;
-    socket_.close(ignored);
+    if (!linger) socket_.close(ignored);
+    reader_wake_.cancel();
     writer_wake_.cancel();
     tick_timer_.cancel();
-    spdlog::info("peer {}: session closed: {}", session_->peer_id(), session_->close_reason());
+    if (linger) Linger();
+    // The PeerManager logs the close (OnConnectionClosed), with its class.
   }
   if (!closed_ && (!write_queue_.empty() || session_->HasDataToSend())) writer_wake_.cancel();
   listener_.OnSessionActivity(*this);
@@ -283,16 +431,33 @@ void PeerConnection::AfterSessionActivity() {
   }
 }
 
+void PeerConnection::Linger() {
+  lingering_ = true;
+  auto self = shared_from_this();
+  tick_timer_.expires_after(kMaxLinger);
+  tick_timer_.async_wait([self](boost::system::error_code) { self->EndLinger(); });
+}
+
+void PeerConnection::EndLinger() {
+  if (!lingering_) return;
+  lingering_ = false;
+  TrySendDisconnectNow();
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
 void PeerConnection::TrySendDisconnectNow() {
   // Only when no frame is half-written: a disconnect spliced into another
   // frame would corrupt the stream; the peer's liveness check covers the rest.
   if (write_in_progress_ || !socket_.is_open() || !loops_started_) return;
-  for (const auto& frame : write_queue_) {
+  for (const QueuedFrame& queued : write_queue_) {
+    const session::OutFrame& frame = queued.frame;
     if (!std::holds_alternative<protocol::Disconnect>(frame.message)) continue;
     std::string bytes = protocol::EncodeFrame(frame.message, 0);
     boost::system::error_code ec;
-    socket_.non_blocking(true, ec);
-    if (!ec) socket_.write_some(asio::buffer(bytes), ec);
+    const size_t n = stream_.TryWriteNow(asio::buffer(bytes), ec);
+    bytes_sent_ += n;
+    if (!ec && n == bytes.size()) CountSent(frame.message);
     return;
   }
 }
@@ -302,21 +467,25 @@ void PeerConnection::CloseSocketAndSession(const std::string& reason) {
   closed_ = true;
   boost::system::error_code ignored;
   socket_.close(ignored);
+  reader_wake_.cancel();
   writer_wake_.cancel();
   tick_timer_.cancel();
   session_->Close(reason, false);
   write_queue_.clear();
-  spdlog::info("peer {}: connection closed: {}", session_->peer_id(), reason);
-  AfterSessionActivity();
+  queued_bytes_ = 0;
+  AfterSessionActivity();  // the PeerManager logs the close
 }
 
 void PeerConnection::Close(const std::string& reason, bool notify_peer) {
   if (closed_) return;
+  closed_by_owner_ = true;
   if (notify_peer && !write_in_progress_ && loops_started_) {
-    std::string bytes = protocol::EncodeFrame(protocol::Disconnect{reason}, 0);
+    protocol::Message disconnect = protocol::Disconnect{reason};
+    std::string bytes = protocol::EncodeFrame(disconnect, 0);
     boost::system::error_code ec;
-    socket_.non_blocking(true, ec);
-    if (!ec) socket_.write_some(asio::buffer(bytes), ec);
+    const size_t n = stream_.TryWriteNow(asio::buffer(bytes), ec);
+    bytes_sent_ += n;
+    if (!ec && n == bytes.size()) CountSent(disconnect);
   }
   CloseSocketAndSession(reason);
 }

@@ -1,13 +1,12 @@
 // PeerConnection: one TCP connection to one peer node, owning its
 // PeerSession and the bytes moving through it.
 //
-// Reading is zero-copy for block data: a small read-ahead buffer carries
-// prefixes and headers through the FrameDecoder, and once a block_data header
-// is accepted the payload is received straight into the destination slots
-// the session names (bytes already in the read-ahead buffer are the only
-// ones copied). Writing is one FIFO of frames: the session's control frames
-// are appended as they are sent, and a data frame is pulled from the session
-// only when the FIFO is empty, so a control frame never waits behind more
+// Reading is zero-copy for block data: every read goes exactly where the
+// FrameDecoder wants its next bytes (prefix, header, or, once a block_data
+// header is accepted, the destination slots the session names), so payload
+// bytes are never copied in user space. Writing is one FIFO of frames: the
+// session's control frames are appended as they are sent, and a data frame is
+// pulled from the session only when the FIFO is empty, so a control frame never waits behind more
 // than one data frame. A block_data payload is written with scatter/gather
 // straight from the source blocks, which stay pinned until the frame is
 // written and dropped.
@@ -18,22 +17,45 @@
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "daemon/peer_stream.h"
 #include "protocol/frame_decoder.h"
+#include "protocol/messages.h"
 #include "session/peer_session.h"
 
 namespace kvpeer::daemon {
 
 class PeerConnection;
+
+// Traffic counters of one connection, for the metrics. Plain integers,
+// incremented per frame; summed per peer by the PeerManager.
+struct ConnectionStats {
+  // Indexed by the protocol::Message alternative (Unknown last).
+  static constexpr size_t kMessageKinds = std::variant_size_v<protocol::Message>;
+  std::array<uint64_t, kMessageKinds> frames_sent{};
+  std::array<uint64_t, kMessageKinds> frames_received{};
+  uint64_t lookup_keys_sent = 0;      // keys in our lookups
+  uint64_t lookup_hits_received = 0;  // hits in the peer's lookup_resps
+  uint64_t lookup_keys_served = 0;    // keys in the peer's lookups
+  uint64_t lookup_hits_served = 0;    // hits in our lookup_resps
+
+  ConnectionStats& operator+=(const ConnectionStats& other);
+};
 
 // What the connection tells its owner (the PeerManager).
 class ConnectionListener {
@@ -45,12 +67,24 @@ class ConnectionListener {
   // The connection is closed for good; called exactly once, after the final
   // OnSessionActivity that carries the failed work.
   virtual void OnConnectionClosed(PeerConnection& connection) = 0;
+  // A lookup_resp arrived `round_trip` after the lookup it answers was sent
+  // (the lookups of one connection are answered in order).
+  virtual void OnLookupAnswered(session::Duration round_trip) { (void)round_trip; }
+  // A limit refused or paused work on this connection: `limit` is the
+  // option ("max-rounds-per-peer", "max-queued-bytes"), `count` the hits,
+  // `detail` what happened, for the log.
+  virtual void OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
+                          const std::string& detail) {
+    (void)connection, (void)limit, (void)count, (void)detail;
+  }
 };
 
 class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
  public:
   // `expected_peer_id` is the dialled peer, empty for an accepted socket.
-  PeerConnection(boost::asio::ip::tcp::socket socket, session::SessionConfig config, session::BlockIndex& index,
+  // `stream` is a TCP socket, or one wrapped for TLS (the TLS handshake
+  // runs first, within the session's handshake deadline).
+  PeerConnection(PeerStream stream, session::SessionConfig config, session::BlockIndex& index,
                  std::string expected_peer_id, ConnectionListener& listener);
   ~PeerConnection();
 
@@ -69,6 +103,20 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // writer and reports results.
   void AfterExternalOp();
 
+  // --max-queued-bytes: while more than this many bytes wait in the write
+  // queue the connection stops reading from the peer (backpressure), and
+  // reads again once half of them are written. 0 = no limit. The bytes
+  // counted are the encoded prefixes and headers waiting to be written: a
+  // block_data payload is gathered from its pinned source slots, never
+  // copied, and at most one data frame is queued at a time (data frames are
+  // pulled only when the queue is empty). The queue can exceed the limit by
+  // the answers to one read (at most 64 KiB of frames, plus the one frame
+  // that read completes) and by engine-originated frames.
+  void set_max_queued_bytes(uint64_t max_queued_bytes) { max_queued_bytes_ = max_queued_bytes; }
+  // Bytes waiting in the write queue now, and the most ever.
+  uint64_t queued_bytes() const { return queued_bytes_; }
+  uint64_t queued_bytes_peak() const { return queued_bytes_peak_; }
+
   session::PeerSession& session() { return *session_; }
   const session::PeerSession& session() const { return *session_; }
   bool closed() const { return closed_; }
@@ -76,6 +124,15 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
   std::string remote_address() const;
+  const ConnectionStats& stats() const { return stats_; }
+  size_t write_queue_depth() const { return write_queue_.size(); }
+  // For classifying the close: the session was ready at some point; this
+  // node found a protocol violation by the peer (a label such as
+  // "malformed_frame", "before_handshake" or "bad_fetch"); the owner closed
+  // the connection through Close().
+  bool ever_ready() const { return ever_ready_; }
+  const std::optional<std::string>& violation() const { return violation_; }
+  bool closed_by_owner() const { return closed_by_owner_; }
 
  private:
   boost::asio::awaitable<void> ReadLoop();
@@ -83,6 +140,9 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   boost::asio::awaitable<void> TickLoop();
   boost::asio::awaitable<void> Dial(std::string host, std::string port);
   void StartLoops();
+  void StartTickLoop();
+  // Accepted TLS connection: the TLS handshake, then the loops.
+  boost::asio::awaitable<void> AcceptTls();
 
   // Acts on the decoder's state after bytes arrived; false once the
   // connection must stop reading.
@@ -90,28 +150,56 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool OnHeaderReady();
   void OnFrameReady();
   void Enqueue(session::OutFrame frame);
+  // Backpressure: waits while the write queue is over max_queued_bytes_.
+  boost::asio::awaitable<void> WaitForQueueToDrain();
   void AfterSessionActivity();
   void CloseSocketAndSession(const std::string& reason);
   void TrySendDisconnectNow();
+  // Keeps the socket of a closed connection open (at most kMaxLinger) until
+  // the frame being written is out, then sends the disconnect and closes.
+  void Linger();
+  void EndLinger();
+  // Counts a frame the session sent and starts a lookup's round-trip clock.
+  void CountSent(const protocol::Message& message);
+  void CountReceived(const protocol::Message& message);
+  void NoteViolation(const Status& status, const protocol::Message* message);
 
-  boost::asio::ip::tcp::socket socket_;
+  PeerStream stream_;
+  boost::asio::ip::tcp::socket& socket_;  // stream_'s TCP socket
   session::BlockIndex& index_;
   ConnectionListener& listener_;
   std::unique_ptr<session::PeerSession> session_;
   protocol::FrameDecoder decoder_;
-  std::vector<uint8_t> read_buffer_;
-  size_t read_begin_ = 0;
-  size_t read_end_ = 0;
-  std::deque<session::OutFrame> write_queue_;
+  // A frame and its encoded prefix and header, made when it is queued so
+  // the queue's bytes are known.
+  struct QueuedFrame {
+    session::OutFrame frame;
+    std::string head;
+  };
+  std::deque<QueuedFrame> write_queue_;
+  uint64_t queued_bytes_ = 0;  // sum of the queued heads
+  uint64_t queued_bytes_peak_ = 0;
+  uint64_t max_queued_bytes_ = 0;
+  bool reading_paused_ = false;
+  bool lingering_ = false;
+  boost::asio::steady_timer reader_wake_;  // cancelled when the queue has drained
   boost::asio::steady_timer writer_wake_;
   boost::asio::steady_timer tick_timer_;
   bool dialled_ = false;
   bool loops_started_ = false;
+  bool tick_started_ = false;
   bool write_in_progress_ = false;
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
+  ConnectionStats stats_;
+  // Lookups sent and not answered yet: round and send time, oldest first.
+  std::deque<std::pair<protocol::RoundSeq, std::chrono::steady_clock::time_point>> lookups_awaiting_;
+  std::string remote_;  // "address:port", captured while the socket is open
+  bool ever_ready_ = false;
+  bool closed_by_owner_ = false;
+  std::optional<std::string> violation_;
 };
 
 }  // namespace kvpeer::daemon

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -12,6 +14,7 @@
 #include "daemon/rfc3339.h"
 #include "protocol/codec.h"
 #include "protocol/frame.h"
+#include "protocol/type_names.h"
 #include "session/connection_arbiter.h"
 
 namespace kvpeer::daemon {
@@ -23,6 +26,19 @@ namespace {
 
 constexpr auto kInitialBackoff = std::chrono::milliseconds(100);
 constexpr auto kMaxBackoff = std::chrono::seconds(5);
+
+// Histogram buckets. Lookup round trips: 100 us (same rack) to 2.5 s (a
+// stalled peer). Loads: 1 ms to the 30 s default load timeout and beyond.
+// Transfer sizes: 4 KiB to 4 GiB in powers of 4.
+const std::vector<double> kLookupRoundTripBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                     0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
+const std::vector<double> kLoadSecondsBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                 0.5,   1,      2.5,   5,    10,    30,   60};
+const std::vector<double> kLoadBytesBuckets = {4096.0,      16384.0,      65536.0,       262144.0,
+                                               1048576.0,   4194304.0,    16777216.0,    67108864.0,
+                                               268435456.0, 1073741824.0, 4294967296.0};
+
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 const char* StateName(int state) {
   static const char* const kNames[] = {"connecting", "handshaking", "ready", "backoff", "closed"};
@@ -51,7 +67,11 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       results_(results),
       epoch_(RandomEpoch()),
       acceptor_(io),
-      supply_timer_(io) {}
+      supply_timer_(io),
+      lookup_round_trip_(kLookupRoundTripBuckets),
+      load_seconds_succeeded_(kLoadSecondsBuckets),
+      load_seconds_failed_(kLoadSecondsBuckets),
+      load_bytes_(kLoadBytesBuckets) {}
 
 PeerManager::~PeerManager() = default;
 
@@ -87,6 +107,7 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.client.load_timeout = config_.load_timeout;
   session.client.abort_ack_timeout = config_.abort_ack_timeout;
   session.server.block_len = model.block_len;
+  session.server.max_rounds = config_.max_rounds_per_peer;
   session.random_token = RandomNonce;
   return session;
 }
@@ -112,19 +133,37 @@ void PeerManager::OnAccepted(tcp::socket socket) {
   auto remote = socket.remote_endpoint(ec);
   if (ec) return;
   if (config_.allow_address && !config_.allow_address(remote.address())) {
+    ++refused_allowlist_;
+    if (counters_ != nullptr) counters_->Add("peer_connections_refused_allow_cidr");
     spdlog::warn("refused peer connection from {}: address not in allow-cidr", remote.address().to_string());
     return;  // closed before a byte is read
   }
-  if (shutting_down_ || !model_.configured()) {
-    std::string reason = shutting_down_ ? "shutting down" : "node not configured";
-    std::string bytes = protocol::EncodeFrame(protocol::Disconnect{reason}, 0);
-    socket.non_blocking(true, ec);
-    socket.write_some(asio::buffer(bytes), ec);
+  // Connections not identified yet are capped too: each holds a session
+  // and a read buffer until its handshake completes or times out.
+  const bool too_many = config_.max_peers != 0 && unidentified_.size() >= config_.max_peers;
+  if (shutting_down_ || !model_.configured() || too_many) {
+    std::string reason = shutting_down_         ? "shutting down"
+                         : !model_.configured() ? "node not configured"
+                                                : "too many peers";
+    if (too_many && !shutting_down_ && model_.configured()) {
+      limits_.Hit(counters_, "limit_max_peers",
+                  "refused peer connection from " + remote.address().to_string() + ": max-peers (" +
+                      std::to_string(config_.max_peers) + ") connections are still in their handshake");
+    }
+    // Over TLS nothing can be said before a handshake: the socket just closes.
+    if (!config_.tls) {
+      std::string bytes = protocol::EncodeFrame(protocol::Disconnect{reason}, 0);
+      socket.non_blocking(true, ec);
+      socket.write_some(asio::buffer(bytes), ec);
+    }
+    ++refused_unavailable_;
     spdlog::info("refused peer connection from {}: {}", remote.address().to_string(), reason);
     return;
   }
   ConnectionListener& listener = *this;
-  auto connection = std::make_shared<PeerConnection>(std::move(socket), MakeSessionConfig(), index_, "", listener);
+  auto connection =
+      std::make_shared<PeerConnection>(MakeStream(std::move(socket)), MakeSessionConfig(), index_, "", listener);
+  ApplyConnectionLimits(*connection);
   unidentified_.insert(connection);
   connection->StartAccepted();
 }
@@ -143,12 +182,22 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* erro
     *error = Fail(ErrorCode::kBadRequest, "peer '" + peer + "' is not HOST:PORT");
     return nullptr;
   }
+  const bool known = peers_.contains(peer);
   Peer& entry = peers_[peer];
   if (entry.connection && !entry.connection->closed()) return entry.connection.get();
   if (entry.state == PeerState::kBackoff && std::chrono::steady_clock::now() < entry.backoff_until) {
     *error = Fail(ErrorCode::kPeerUnavailable, "peer " + peer + " is unreachable (" +
                                                    entry.last_error.value_or("unknown error") +
                                                    "); retrying after backoff");
+    return nullptr;
+  }
+  if (AtPeerLimit()) {
+    const std::string why = "max-peers (" + std::to_string(config_.max_peers) +
+                            ") reached: not dialling peer " + peer + " while " +
+                            std::to_string(LivePeerCount()) + " peer sessions are open";
+    if (!known) peers_.erase(peer);  // a peer never dialled is not listed
+    limits_.Hit(counters_, "limit_max_peers", why);
+    *error = Fail(ErrorCode::kPeerUnavailable, why);
     return nullptr;
   }
   Dial(peer, entry);
@@ -159,10 +208,39 @@ void PeerManager::Dial(const std::string& peer, Peer& entry) {
   std::string host, port;
   SplitPeer(peer, &host, &port);
   ConnectionListener& listener = *this;
-  entry.connection = std::make_shared<PeerConnection>(tcp::socket(io_), MakeSessionConfig(), index_, peer, listener);
+  entry.connection =
+      std::make_shared<PeerConnection>(MakeStream(tcp::socket(io_)), MakeSessionConfig(), index_, peer, listener);
+  ApplyConnectionLimits(*entry.connection);
   SetState(entry, PeerState::kConnecting);
+  ++entry.dials;
   spdlog::info("peer {}: dialling", peer);
   entry.connection->StartDial(host, port);
+}
+
+PeerStream PeerManager::MakeStream(tcp::socket socket) const {
+  if (config_.tls) return PeerStream(std::move(socket), *config_.tls);
+  return PeerStream(std::move(socket));
+}
+
+void PeerManager::ApplyConnectionLimits(PeerConnection& connection) const {
+  connection.set_max_queued_bytes(config_.max_queued_bytes);
+}
+
+size_t PeerManager::LivePeerCount() const {
+  size_t live = 0;
+  for (const auto& [peer, entry] : peers_) live += entry.connection && !entry.connection->closed() ? 1 : 0;
+  return live;
+}
+
+void PeerManager::OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
+                             const std::string& detail) {
+  std::string counter = "limit_" + std::string(limit);
+  std::replace(counter.begin(), counter.end(), '-', '_');
+  if (counters_ != nullptr && count > 1) counters_->Add(counter, count - 1);  // Hit counts one
+  const std::string& peer = connection.session().peer_id();
+  limits_.Hit(counters_, counter,
+              "peer " + (peer.empty() ? std::string("(unidentified)") : peer) + " (" + connection.remote_address() +
+                  "): " + std::string(limit) + ": " + detail);
 }
 
 void PeerManager::SetState(Peer& entry, PeerState state) {
@@ -187,7 +265,9 @@ void PeerManager::OnSessionActivity(PeerConnection& connection) {
     SetState(entry, PeerState::kReady);
     entry.backoff = std::chrono::milliseconds(0);
     entry.last_error.reset();
-    spdlog::info("peer {}: ready", it->first);
+    ++entry.sessions_ready;
+    spdlog::info("peer {} ({}): ready ({} connection)", it->first, connection.remote_address(),
+                 connection.dialled() ? "dialled" : "accepted");
     for (auto& done : std::exchange(entry.connect_waiters, {})) done(std::nullopt);
   } else if (entry.state == PeerState::kConnecting && connection.session().state() ==
                                                           session::PeerSession::State::kHandshaking &&
@@ -200,6 +280,15 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   auto self = connection.shared_from_this();
   unidentified_.erase(self);
   const std::string& peer = connection.session().peer_id();
+  auto known = peers_.find(peer);
+  const bool live = known != peers_.end() && known->second.connection && !known->second.connection->closed();
+  if (!live && AtPeerLimit()) {
+    limits_.Hit(counters_, "limit_max_peers",
+                "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
+                    std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
+    connection.Close("too many peers");
+    return;
+  }
   Peer& entry = peers_[peer];
   if (entry.connection && !entry.connection->closed()) {
     session::ConnectionFacts existing{entry.connection->session().ready(), entry.connection->dialled(),
@@ -228,21 +317,106 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
 
 void PeerManager::DeliverResults(PeerConnection& connection) {
   session::SessionResults results = connection.session().TakeResults();
+  const std::string& peer = connection.session().peer_id();
+  if (!results.loads.empty()) {
+    auto it = peers_.find(peer);
+    Peer* entry = it == peers_.end() ? nullptr : &it->second;
+    for (const auto& load : results.loads) RecordLoadResult(entry, peer, load);
+  }
   for (const auto& load : results.loads) results_.OnLoadResult(load);
   for (const auto& store : results.stores) results_.OnStoreResult(store);
-  const std::string& peer = connection.session().peer_id();
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
   for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
+}
+
+void PeerManager::RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result) {
+  auto start = load_starts_.find(result.job_id);
+  std::optional<LoadStart> started;
+  if (start != load_starts_.end()) {
+    started = start->second;
+    load_starts_.erase(start);
+  }
+  const double seconds = started ? Seconds(std::chrono::steady_clock::now() - started->at) : 0;
+  if (result.success) {
+    if (entry != nullptr) ++entry->loads_succeeded;
+    if (started) {
+      load_seconds_succeeded_.Observe(seconds);
+      load_bytes_.Observe(static_cast<double>(started->bytes));
+    }
+    spdlog::debug("peer {}: load (node job {}) of kv_request_id {} done: {} bytes in {:.3f} ms", peer,
+                  result.job_id, result.kv_request_id, started ? started->bytes : 0, seconds * 1e3);
+    return;
+  }
+  if (entry != nullptr) ++entry->loads_failed[ClassifyLoadFailure(result.reason)];
+  if (started) load_seconds_failed_.Observe(seconds);
+  spdlog::info("peer {}: load (node job {}) of kv_request_id {} failed: {}", peer, result.job_id,
+               result.kv_request_id, result.reason);
+}
+
+void PeerManager::OnLookupAnswered(session::Duration round_trip) { lookup_round_trip_.Observe(Seconds(round_trip)); }
+
+void PeerManager::RecordClose(const PeerConnection& connection) {
+  const std::string& reason = connection.session().close_reason();
+  const std::string& peer_id = connection.session().peer_id();
+  const std::string peer = peer_id.empty() ? "(unidentified)" : peer_id;
+  const std::string address = connection.remote_address();
+  const auto& violation = connection.violation();
+  const size_t handshake_kind = ClassifyHandshakeFailure(reason, violation.has_value());
+  const bool refused = !connection.closed_by_owner() && IsHandshakeRefusal(handshake_kind);
+  if (!connection.ever_ready() || refused) {
+    // Closing a connection on purpose (duplicate, shutdown, operator)
+    // before its handshake completed is no failure of the handshake.
+    if (connection.closed_by_owner()) {
+      spdlog::info("peer {} ({}): closed during the handshake: {}", peer, address, reason);
+      return;
+    }
+    const size_t kind = handshake_kind;
+    ++handshake_failures_[kind];
+    if (violation && kHandshakeFailureLabels[kind] == "protocol_violation") ++violations_[*violation];
+    spdlog::warn("peer {} ({}): handshake failed ({}): {}", peer, address, kHandshakeFailureLabels[kind], reason);
+    return;
+  }
+  const size_t kind = ClassifySessionClose(reason, violation.has_value());
+  ++sessions_closed_[kind];
+  const ConnectionStats& stats = connection.stats();
+  uint64_t frames_sent = 0, frames_received = 0;
+  for (uint64_t n : stats.frames_sent) frames_sent += n;
+  for (uint64_t n : stats.frames_received) frames_received += n;
+  if (violation) {
+    ++violations_[*violation];
+    spdlog::warn("peer {} ({}): protocol violation ({}): {}; disconnected", peer, address, *violation, reason);
+    return;
+  }
+  spdlog::info("peer {} ({}): session closed ({}): {}; sent {} frames / {} bytes, received {} frames / {} bytes",
+               peer, address, kSessionCloseLabels[kind], reason, frames_sent, connection.bytes_sent(),
+               frames_received, connection.bytes_received());
+}
+
+// Wire spec section 5: the side that finds a missing or wrong proof closes
+// with "authentication failed"; the other side learns it from the
+// disconnect. Both are counted (status.counters) and logged by RecordClose.
+void PeerManager::CountAuthFailure(const PeerConnection& connection) {
+  if (counters_ == nullptr) return;
+  // (Without a key of its own a node may have been ready already.)
+  const std::string& reason = connection.session().close_reason();
+  if (reason == "authentication failed") {
+    counters_->Add("auth_failures");  // the peer's proof was missing or wrong
+  } else if (reason == "peer disconnected: authentication failed") {
+    counters_->Add("auth_rejected_by_peer");  // the peer refused our proof
+  }
 }
 
 void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   auto self = connection.shared_from_this();
   unidentified_.erase(self);
+  RecordClose(connection);
+  CountAuthFailure(connection);
   auto it = peers_.find(connection.session().peer_id());
   if (it == peers_.end() || it->second.connection != self) return;
   Peer& entry = it->second;
   entry.bytes_sent_closed += connection.bytes_sent();
   entry.bytes_received_closed += connection.bytes_received();
+  entry.stats_closed += connection.stats();
   entry.last_error = connection.session().close_reason();
   bool never_ready = entry.state == PeerState::kConnecting || entry.state == PeerState::kHandshaking;
   entry.connection.reset();
@@ -277,6 +451,17 @@ ApiStatus PeerManager::Lookup(const std::string& peer, const std::string& kv_req
     answers->assign(keys.size(), session::ProbeAnswer::kMiss);
     return std::nullopt;
   }
+  if (config_.max_pending_lookups != 0) {
+    const size_t probes = connection->session().ProbesWith(kv_request_id, keys);
+    if (probes > config_.max_pending_lookups) {
+      const std::string why = "max-pending-lookups (" + std::to_string(config_.max_pending_lookups) +
+                              ") reached: kv_request_id '" + kv_request_id + "' would hold " +
+                              std::to_string(probes) + " distinct probes on peer " + peer +
+                              "; load or finish the request first, or raise --max-pending-lookups";
+      limits_.Hit(counters_, "limit_max_pending_lookups", why);
+      return Fail(ErrorCode::kBadRequest, why);
+    }
+  }
   for (const auto& key : keys) answers->push_back(connection->session().RegisterLookup(kv_request_id, key));
   if (flush) connection->session().FlushPendingLookups();
   connection->AfterExternalOp();
@@ -298,9 +483,16 @@ ApiStatus PeerManager::Load(session::JobId job_id, const std::string& peer, cons
                             session::SlotSinkRef sink) {
   ApiStatus error;
   PeerConnection* connection = SessionFor(peer, &error);
-  if (connection == nullptr) return error;
+  if (connection == nullptr) {
+    if (error && error->code == ErrorCode::kPeerUnavailable) {
+      if (auto it = peers_.find(peer); it != peers_.end()) ++it->second.loads_rejected;
+    }
+    return error;
+  }
+  const LoadStart start{std::chrono::steady_clock::now(), keys.size() * model_.settings().block_len};
   Status status =
       connection->session().RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
+  if (status.ok()) load_starts_[job_id] = start;
   connection->AfterExternalOp();
   if (!status.ok()) {
     ErrorCode code = status.code() == Status::Code::kInvalid ? ErrorCode::kBadRequest : ErrorCode::kPeerUnavailable;
@@ -341,13 +533,21 @@ void PeerManager::SweepUnboundSupply() {
   });
 }
 
-void PeerManager::Finish(const std::string& kv_request_id) {
+void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
+                         bool producer) {
+  for (const std::string& peer : client_peers) {
+    auto it = peers_.find(peer);
+    if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) continue;
+    it->second.connection->session().FinishClient(kv_request_id);
+    it->second.connection->AfterExternalOp();
+  }
+  if (!producer) return;
   // Unbound supply stays: a prefiller finishes its request before the
   // decoder fetches, and the supply must still meet that fetch.
   supply_bindings_.erase(kv_request_id);
   for (auto& [peer, entry] : peers_) {
     if (!entry.connection || entry.connection->closed()) continue;
-    entry.connection->session().Finish(kv_request_id);
+    entry.connection->session().FinishServer(kv_request_id);
     entry.connection->AfterExternalOp();
   }
 }
@@ -405,6 +605,11 @@ boost::json::array PeerManager::PeersStatus() const {
     peer["bytes_received"] = entry.bytes_received_closed + (connection ? connection->bytes_received() : 0);
     peer["loads_in_flight"] = connection ? connection->session().LoadsInFlight() : 0;
     peer["rounds_serving"] = connection ? connection->session().RoundsServing() : 0;
+    // Beyond the spec's fields: what the limits watch (max-rounds-per-peer,
+    // max-queued-bytes), for the current connection.
+    peer["rounds_open"] = connection ? connection->session().RoundsOpen() : 0;
+    peer["queued_bytes"] = connection ? connection->queued_bytes() : 0;
+    peer["queued_bytes_peak"] = connection ? connection->queued_bytes_peak() : 0;
     if (entry.last_error) {
       peer["last_error"] = *entry.last_error;
     } else {
@@ -413,6 +618,96 @@ boost::json::array PeerManager::PeersStatus() const {
     peers.push_back(std::move(peer));
   }
   return peers;
+}
+
+void PeerManager::CollectMetrics(metrics::Registry& registry) const {
+  auto& frames_sent = registry.Counter("kvpeer_peer_frames_sent_total", "Frames written to the peer, by message type.",
+                                       {"peer", "type"});
+  auto& frames_received = registry.Counter("kvpeer_peer_frames_received_total",
+                                           "Frames received from the peer, by message type.", {"peer", "type"});
+  auto& keys_sent = registry.Counter("kvpeer_peer_lookup_keys_sent_total",
+                                     "Keys this node probed on the peer (keys of lookup messages sent).", {"peer"});
+  auto& hits_received = registry.Counter("kvpeer_peer_lookup_hits_received_total",
+                                         "Keys the peer answered hit (in lookup_resp messages received).", {"peer"});
+  auto& keys_served = registry.Counter("kvpeer_peer_lookup_keys_served_total",
+                                       "Keys the peer probed on this node (keys of lookup messages received).",
+                                       {"peer"});
+  auto& hits_served = registry.Counter("kvpeer_peer_lookup_hits_served_total",
+                                       "Keys of the peer's probes this node answered hit.", {"peer"});
+  auto& loads = registry.Counter("kvpeer_peer_loads_total",
+                                 "Loads from the peer by outcome (succeeded, failed, rejected) and reason.",
+                                 {"peer", "outcome", "reason"});
+  auto& dials = registry.Counter("kvpeer_peer_dials_total", "Connection attempts this node made to the peer.", {"peer"});
+  auto& sessions = registry.Counter("kvpeer_peer_sessions_total",
+                                    "Sessions with the peer that completed the handshake.", {"peer"});
+  auto& queue = registry.Gauge("kvpeer_peer_write_queue_frames",
+                               "Frames queued on the peer's connection and not yet written.", {"peer"});
+  auto& queue_bytes = registry.Gauge("kvpeer_peer_write_queue_bytes",
+                                     "Bytes of the frames queued on the peer's connection (max-queued-bytes applies).",
+                                     {"peer"});
+  auto& rtt = registry.Gauge("kvpeer_peer_rtt_seconds", "Last ping round trip to the peer.", {"peer"});
+  const auto type_name = [](size_t index) {
+    return index < protocol::kKnownTypeNames.size() ? protocol::kKnownTypeNames[index] : std::string_view("unknown");
+  };
+  for (const auto& [peer, entry] : peers_) {
+    const PeerConnection* connection = entry.connection.get();
+    ConnectionStats stats = entry.stats_closed;
+    if (connection != nullptr) stats += connection->stats();
+    for (size_t i = 0; i < ConnectionStats::kMessageKinds; ++i) {
+      if (stats.frames_sent[i] > 0) frames_sent.Add({peer, type_name(i)}, stats.frames_sent[i]);
+      if (stats.frames_received[i] > 0) frames_received.Add({peer, type_name(i)}, stats.frames_received[i]);
+    }
+    keys_sent.Add({peer}, stats.lookup_keys_sent);
+    hits_received.Add({peer}, stats.lookup_hits_received);
+    keys_served.Add({peer}, stats.lookup_keys_served);
+    hits_served.Add({peer}, stats.lookup_hits_served);
+    loads.Add({peer, "succeeded", "none"}, entry.loads_succeeded);
+    for (size_t i = 0; i < kLoadFailureLabels.size(); ++i) {
+      if (entry.loads_failed[i] > 0) loads.Add({peer, "failed", kLoadFailureLabels[i]}, entry.loads_failed[i]);
+    }
+    if (entry.loads_rejected > 0) loads.Add({peer, "rejected", "peer_unavailable"}, entry.loads_rejected);
+    dials.Add({peer}, entry.dials);
+    sessions.Add({peer}, entry.sessions_ready);
+    queue.Set({peer}, connection != nullptr ? static_cast<double>(connection->write_queue_depth()) : 0.0);
+    queue_bytes.Set({peer}, connection != nullptr ? static_cast<double>(connection->queued_bytes()) : 0.0);
+    if (auto measured = connection != nullptr ? connection->session().rtt() : std::nullopt) {
+      rtt.Set({peer}, Seconds(*measured));
+    }
+  }
+
+  auto& handshakes = registry.Counter("kvpeer_peer_handshake_failures_total",
+                                      "Peer connections that ended before the handshake completed, by reason.",
+                                      {"reason"});
+  for (size_t i = 0; i < kHandshakeFailureLabels.size(); ++i) {
+    handshakes.Add({kHandshakeFailureLabels[i]}, handshake_failures_[i]);
+  }
+  auto& closed = registry.Counter("kvpeer_peer_sessions_closed_total",
+                                  "Ready peer sessions that ended, by reason.", {"reason"});
+  for (size_t i = 0; i < kSessionCloseLabels.size(); ++i) closed.Add({kSessionCloseLabels[i]}, sessions_closed_[i]);
+  auto& violations = registry.Counter("kvpeer_peer_protocol_violations_total",
+                                      "Protocol violations by peers that this node disconnected for, by reason.",
+                                      {"reason"});
+  for (const auto& [label, count] : violations_) violations.Add({label}, count);
+  auto& refused = registry.Counter("kvpeer_peer_connections_refused_total",
+                                   "Inbound peer connections refused before the handshake, by reason.", {"reason"});
+  refused.Add({"allow_cidr"}, refused_allowlist_);
+  refused.Add({"unavailable"}, refused_unavailable_);
+  registry.Gauge("kvpeer_unbound_store_jobs", "Store jobs waiting for a peer to fetch them (not bound to a session).")
+      .Set({}, static_cast<double>(unbound_supply_.size()));
+
+  registry
+      .Histogram("kvpeer_lookup_round_trip_seconds",
+                 "Time from sending a lookup to a peer to receiving its lookup_resp.", kLookupRoundTripBuckets)
+      .Merge({}, lookup_round_trip_);
+  auto& load_seconds = registry.Histogram("kvpeer_load_duration_seconds",
+                                          "Time from a load's fetch to its result, by outcome.", kLoadSecondsBuckets,
+                                          {"outcome"});
+  load_seconds.Merge({"succeeded"}, load_seconds_succeeded_);
+  load_seconds.Merge({"failed"}, load_seconds_failed_);
+  registry
+      .Histogram("kvpeer_load_transfer_bytes", "Bytes moved by each successful load (blocks times block_len).",
+                 kLoadBytesBuckets)
+      .Merge({}, load_bytes_);
 }
 
 void PeerManager::Shutdown(const std::string& reason) {

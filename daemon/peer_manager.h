@@ -8,21 +8,27 @@
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "daemon/counters.h"
+#include "daemon/limit_reporter.h"
+#include "daemon/metrics.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_connection.h"
 #include "daemon/peer_service.h"
+#include "daemon/reason_labels.h"
 #include "session/unbound_supply.h"
 
 namespace kvpeer::daemon {
@@ -37,6 +43,21 @@ struct PeerManagerConfig {
   session::Duration abort_ack_timeout = std::chrono::seconds(10);
   // Accepts a peer address before anything is read from it; null = any.
   std::function<bool(const boost::asio::ip::address&)> allow_address;
+  // Limits (0 = none); each hit is counted as limit_<name> and logged.
+  // Peer sessions at most: beyond it a dial fails with peer_unavailable (a
+  // lookup answers miss, as for any unavailable peer) and a new inbound peer
+  // gets disconnect{reason:"too many peers"}; accepted connections that have
+  // not identified themselves yet are capped at the same number.
+  size_t max_peers = 0;
+  // ServerConfig::max_rounds of every session.
+  size_t max_rounds_per_peer = 0;
+  // Distinct probes of one request's open lookup round on one peer; beyond
+  // it Lookup answers bad_request.
+  size_t max_pending_lookups = 0;
+  // PeerConnection::set_max_queued_bytes of every connection.
+  uint64_t max_queued_bytes = 0;
+  // TLS for every peer connection (MakeTlsContext); null = plain TCP.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 class PeerManager : public PeerService, private ConnectionListener {
@@ -52,6 +73,17 @@ class PeerManager : public PeerService, private ConnectionListener {
   // The node id is known only once the listener is bound (port 0).
   // REQUIRES: no session exists yet.
   void set_node_id(std::string node_id) { config_.node_id = std::move(node_id); }
+  // Where limit hits and authentication failures are counted (the node's
+  // status.counters); null = not counted. Must outlive the manager.
+  void set_counters(Counters* counters) { counters_ = counters; }
+  // Peer connections made from now on use TLS with this context.
+  void set_tls(std::shared_ptr<boost::asio::ssl::context> tls) { config_.tls = std::move(tls); }
+  // Live settings (SIGHUP): they apply to connections made from now on;
+  // sessions already open keep what they were made with.
+  void set_psk(std::optional<std::string> psk) { config_.psk = std::move(psk); }
+  void set_allow_address(std::function<bool(const boost::asio::ip::address&)> allow) {
+    config_.allow_address = std::move(allow);
+  }
 
   // Ends every session: all work fails with `reason`; stops listening.
   void Shutdown(const std::string& reason);
@@ -65,10 +97,12 @@ class PeerManager : public PeerService, private ConnectionListener {
                  session::SlotSinkRef sink) override;
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
-  void Finish(const std::string& kv_request_id) override;
+  void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
+              bool producer) override;
   void Connect(const std::string& peer, std::function<void(ApiStatus)> done) override;
   ApiStatus Disconnect(const std::string& peer) override;
   boost::json::array PeersStatus() const override;
+  void CollectMetrics(metrics::Registry& registry) const override;
 
   size_t LoadsInFlight() const;
 
@@ -84,11 +118,30 @@ class PeerManager : public PeerService, private ConnectionListener {
     std::vector<std::function<void(ApiStatus)>> connect_waiters;
     uint64_t bytes_sent_closed = 0;      // of connections already gone
     uint64_t bytes_received_closed = 0;
+    ConnectionStats stats_closed;        // likewise
+    uint64_t dials = 0;
+    uint64_t sessions_ready = 0;         // sessions that completed the handshake
+    uint64_t loads_succeeded = 0;
+    std::array<uint64_t, kLoadFailureLabels.size()> loads_failed{};
+    uint64_t loads_rejected = 0;         // refused at once: peer unavailable
+  };
+  // A load sent and not yet ended, for its latency and transfer size.
+  struct LoadStart {
+    std::chrono::steady_clock::time_point at;
+    uint64_t bytes = 0;
   };
 
   // ConnectionListener
   void OnSessionActivity(PeerConnection& connection) override;
   void OnConnectionClosed(PeerConnection& connection) override;
+  void OnLookupAnswered(session::Duration round_trip) override;
+  void OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
+                  const std::string& detail) override;
+
+  // Counts and logs (one line) the end of any connection.
+  void RecordClose(const PeerConnection& connection);
+  void CountAuthFailure(const PeerConnection& connection);
+  void RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result);
 
   boost::asio::awaitable<void> AcceptLoop();
   void OnAccepted(boost::asio::ip::tcp::socket socket);
@@ -97,6 +150,13 @@ class PeerManager : public PeerService, private ConnectionListener {
   PeerConnection* SessionFor(const std::string& peer, ApiStatus* error);
   void Dial(const std::string& peer, Peer& entry);
   void AdoptInbound(PeerConnection& connection);
+  // Peers with a live connection (identified; dialled or accepted).
+  size_t LivePeerCount() const;
+  bool AtPeerLimit() const { return config_.max_peers != 0 && LivePeerCount() >= config_.max_peers; }
+  // Applies the connection limits to a new connection.
+  void ApplyConnectionLimits(PeerConnection& connection) const;
+  // `socket` as plain TCP or wrapped for TLS (config_.tls).
+  PeerStream MakeStream(boost::asio::ip::tcp::socket socket) const;
   void SetState(Peer& entry, PeerState state);
   void DeliverResults(PeerConnection& connection);
   void BindSupply(PeerConnection& connection, const std::string& kv_request_id);
@@ -118,6 +178,20 @@ class PeerManager : public PeerService, private ConnectionListener {
   session::UnboundSupply unbound_supply_;
   boost::asio::steady_timer supply_timer_;
   bool shutting_down_ = false;
+  Counters* counters_ = nullptr;
+  LimitReporter limits_;
+
+  // Node-wide metrics (per-peer ones live in Peer).
+  std::array<uint64_t, kHandshakeFailureLabels.size()> handshake_failures_{};
+  std::array<uint64_t, kSessionCloseLabels.size()> sessions_closed_{};
+  std::map<std::string, uint64_t> violations_;  // by label; rare and few
+  uint64_t refused_allowlist_ = 0;
+  uint64_t refused_unavailable_ = 0;  // shutting down or node not configured
+  std::unordered_map<session::JobId, LoadStart> load_starts_;
+  metrics::Histogram lookup_round_trip_;
+  metrics::Histogram load_seconds_succeeded_;
+  metrics::Histogram load_seconds_failed_;
+  metrics::Histogram load_bytes_;
 };
 
 }  // namespace kvpeer::daemon

@@ -22,6 +22,10 @@
 
 namespace kvpeer::daemon {
 
+namespace metrics {
+class Registry;
+}
+
 class ResultSink {
  public:
   virtual ~ResultSink() = default;
@@ -55,8 +59,13 @@ class PeerService {
   // result arrives through ResultSink::OnStoreResult(job_id).
   virtual void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
                      std::vector<session::PinRef> blocks) = 0;
-  // The engine is done with `kv_request_id`: finish it on every peer.
-  virtual void Finish(const std::string& kv_request_id) = 0;
+  // An engine is done with `kv_request_id`. Its consumer half ends on
+  // `client_peers` (the peers that engine probed or loaded it from); when the
+  // engine is the request's `producer` (it stored supply for it), the
+  // producer half ends on every peer. Other engines' use of the same id is
+  // left alone.
+  virtual void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
+                      bool producer) = 0;
 
   // Operator operations. Connect calls `done` once the peer is ready or
   // failed (peer_unavailable), at most the handshake timeout later.
@@ -64,6 +73,9 @@ class PeerService {
   virtual ApiStatus Disconnect(const std::string& peer) = 0;
   // One object per peer, fields as docs/control-api.md `status.peers`.
   virtual boost::json::array PeersStatus() const = 0;
+  // Adds the peer side's metric families (beyond what PeersStatus shows)
+  // to a scrape's registry; see docs/operations.md for the names.
+  virtual void CollectMetrics(metrics::Registry& registry) const { (void)registry; }
 };
 
 }  // namespace kvpeer::daemon

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs kvpeer's build dependencies (only those missing) and builds it.
 #
-#   scripts/setup.sh [--build-dir DIR] [--type Release|Debug] [--sanitize] [--coverage] [--fuzz]
+#   scripts/setup.sh [--build-dir DIR] [--type Release|Debug] [--sanitize] [--tsan] [--coverage] [--fuzz]
 #
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 # Package installation needs root (apt-get); everything else does not.
@@ -18,6 +18,7 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir=$2; shift 2 ;;
     --type) build_type=$2; shift 2 ;;
     --sanitize) cmake_args+=(-DKVPEER_SANITIZE=ON); shift ;;
+    --tsan) cmake_args+=(-DKVPEER_TSAN=ON); shift ;;
     --coverage) cmake_args+=(-DKVPEER_COVERAGE=ON); build_type=Debug; shift ;;
     --fuzz) cmake_args+=(-DKVPEER_FUZZ=ON); compiler=(-DCMAKE_CXX_COMPILER=clang++); shift ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -28,7 +29,7 @@ packages=(
   build-essential cmake pkg-config python3
   libboost1.81-dev libboost-json1.81-dev
   libspdlog-dev libfmt-dev libcli11-dev catch2
-  libssl-dev libsystemd-dev systemd dpkg-dev
+  libssl-dev openssl libsystemd-dev systemd dpkg-dev
   clang libclang-rt-14-dev lcov
 )
 

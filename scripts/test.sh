@@ -2,19 +2,24 @@
 # The whole test suite: installs what is missing, builds, and runs
 #   1. the libFuzzer targets for a bounded time (scripts/fuzz.sh),
 #   2. every ctest suite under AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. every ctest suite in the Release build (its summary ends the output).
+#   3. the session and daemon suites under ThreadSanitizer,
+#   4. every ctest suite in the Release build (its summary ends the output).
 # Any failure stops the run with a non-zero exit status.
 #
 #   scripts/test.sh            # everything (CI runs this)
-#   FUZZ_SECONDS=10 scripts/test.sh
+#   FUZZ_TOTAL_SECONDS=30 scripts/test.sh   # fuzzing budget, all targets (default 150)
+#   FUZZ_SECONDS=10 scripts/test.sh         # or a fixed time per target
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-fuzz_seconds=${FUZZ_SECONDS:-60}
-
-echo "== fuzzing (${fuzz_seconds} s per target)"
-scripts/fuzz.sh "$fuzz_seconds"
+if [ -n "${FUZZ_SECONDS:-}" ]; then
+  echo "== fuzzing (${FUZZ_SECONDS} s per target)"
+  scripts/fuzz.sh "$FUZZ_SECONDS"
+else
+  echo "== fuzzing (${FUZZ_TOTAL_SECONDS:-150} s in all)"
+  scripts/fuzz.sh --total "${FUZZ_TOTAL_SECONDS:-150}"
+fi
 
 scripts/systemd-check.sh
 
@@ -22,6 +27,12 @@ echo "== ASan+UBSan build and tests"
 scripts/setup.sh --build-dir build-asan --type Debug --sanitize
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j2 --output-on-failure --timeout 600
+
+echo "== ThreadSanitizer build and tests (session, daemon)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVPEER_TSAN=ON >/dev/null
+cmake --build build-tsan -j2 --target session_tests daemon_tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan -j2 -R "session_tests|daemon_tests" --output-on-failure --timeout 600
 
 echo "== Release build and tests"
 scripts/setup.sh --build-dir build

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -257,6 +258,17 @@ size_t ClientRole::FlushPendingLookups() {
   for (const std::string& kv : impl_->flush_pending) sent += impl_->SendLookups(kv, impl_->requests.at(kv));
   impl_->flush_pending.clear();
   return sent;
+}
+
+size_t ClientRole::ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const {
+  auto it = impl_->requests.find(kv_request_id);
+  // Without an open round the next RegisterLookup opens a fresh, empty one.
+  const auto* probes = it != impl_->requests.end() && it->second.open_round ? &it->second.probes : nullptr;
+  std::unordered_set<std::string_view> fresh;
+  for (const Key& key : keys) {
+    if (probes == nullptr || !probes->contains(key)) fresh.insert(key);
+  }
+  return (probes != nullptr ? probes->size() : 0) + fresh.size();
 }
 
 Status ClientRole::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,

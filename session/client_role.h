@@ -72,6 +72,12 @@ class ClientRole {
   // Sends one lookup per request with unsent probes. Returns how many.
   size_t FlushPendingLookups();
 
+  // How many distinct probes the open round of `kv_request_id` would hold
+  // after RegisterLookup of every key in `keys` (keys probed already count
+  // once). Changes nothing; lets the caller bound a request's probes before
+  // registering them.
+  size_t ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const;
+
   // Sends the fetch for a load into `sink`'s slots `block_indexes`.
   // Errors (kInvalid, nothing sent, no result owed): mismatched lengths, an
   // empty load, a destination index used twice, a job id already in flight,

@@ -403,14 +403,32 @@ void PeerSession::AddSupply(JobId job_id, const std::string& kv_request_id, std:
 }
 
 void PeerSession::Finish(const std::string& kv_request_id) {
+  FinishClient(kv_request_id);
+  FinishServer(kv_request_id);
+}
+
+void PeerSession::FinishClient(const std::string& kv_request_id) {
   if (impl_->state == State::kClosed) return;
   impl_->client->Finish(kv_request_id);
+}
+
+void PeerSession::FinishServer(const std::string& kv_request_id) {
+  if (impl_->state == State::kClosed) return;
   impl_->server->Finish(kv_request_id);
 }
+
+void PeerSession::NoteBytesReceived() { impl_->Received(); }
 
 SessionResults PeerSession::TakeResults() { return impl_->TakeResults(); }
 void PeerSession::Close(const std::string& reason, bool notify_peer) { impl_->Close(reason, notify_peer); }
 size_t PeerSession::LoadsInFlight() const { return impl_->client->LoadsInFlight(); }
 size_t PeerSession::RoundsServing() const { return impl_->server->RoundsServing(); }
+size_t PeerSession::RoundsOpen() const { return impl_->server->RoundsOpen(); }
+uint64_t PeerSession::RoundsRefused() const { return impl_->server->RoundsRefused(); }
+
+size_t PeerSession::ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const {
+  if (impl_->state == State::kClosed) return 0;  // RegisterLookup answers miss and holds nothing
+  return impl_->client->ProbesWith(kv_request_id, keys);
+}
 
 }  // namespace kvpeer::session

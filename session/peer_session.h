@@ -100,6 +100,9 @@ class PeerSession {
   // Status is a violation (the session has closed).
   Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
   void OnBlockDataComplete(const protocol::BlockData& message);
+  // Payload bytes of a block_data frame arrived: the peer is not silent even
+  // while one large frame takes longer than the liveness timeout.
+  void NoteBytesReceived();
 
   // Timers: handshake deadline, ping, liveness, role timeouts.
   void OnTick();
@@ -119,6 +122,11 @@ class PeerSession {
                  std::vector<PinRef> blocks);
   // Client and server roles both finish the request.
   void Finish(const std::string& kv_request_id);
+  // Only the consumer half (our loads and probes of the request on this
+  // peer) or only the producer half (what we serve this peer for it): a
+  // node's engines each own their own half of a request id.
+  void FinishClient(const std::string& kv_request_id);
+  void FinishServer(const std::string& kv_request_id);
 
   SessionResults TakeResults();
 
@@ -129,6 +137,12 @@ class PeerSession {
 
   size_t LoadsInFlight() const;
   size_t RoundsServing() const;
+  // Server role: every open round, and the lookups and fetches refused
+  // because config.server.max_rounds were open (ServerConfig::max_rounds).
+  size_t RoundsOpen() const;
+  uint64_t RoundsRefused() const;
+  // Client role: see ClientRole::ProbesWith (0 once closed).
+  size_t ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const;
 
  private:
   struct Impl;

@@ -62,6 +62,11 @@ struct ServerRole::Impl {
   std::set<std::string> new_fetch_set;  // de-duplicates new_fetch_ids
   bool closed = false;
   std::string close_reason;
+  size_t open_rounds = 0;  // entries of every request's `rounds`
+  uint64_t rounds_refused = 0;
+
+  // A new round may not open (config.max_rounds).
+  bool AtRoundLimit() const { return config.max_rounds != 0 && open_rounds >= config.max_rounds; }
 
   OutboundRound* FindRound(const RoundKey& key) {
     auto rit = requests.find(key.first);
@@ -116,12 +121,23 @@ bool ServerRole::Impl::Probe(OutboundRound& round, const Key& key) {
 void ServerRole::OnLookup(const protocol::Lookup& message) {
   Impl& s = *impl_;
   if (s.closed || message.keys.empty()) return;
+  if (s.AtRoundLimit() && !s.FindRound({message.kv_request_id, message.round_seq})) {
+    // Nothing is pinned or remembered: every key answers miss.
+    ++s.rounds_refused;
+    s.send(OutFrame{protocol::LookupResp{message.kv_request_id, message.keys,
+                                         std::vector<bool>(message.keys.size(), false), message.round_seq},
+                    {}});
+    return;
+  }
   RequestState& request = s.requests[message.kv_request_id];
   auto [it, created] = request.rounds.try_emplace(message.round_seq);
   OutboundRound& round = it->second;
   // Kept even when every key missed: a fetch of this round then fails at once
   // (E34) instead of waiting like a disaggregated-prefill round would.
-  if (created) round.lookup_supplied = true;
+  if (created) {
+    round.lookup_supplied = true;
+    ++s.open_rounds;
+  }
 
   protocol::LookupResp response{message.kv_request_id, message.keys, {}, message.round_seq};
   std::map<Key, bool> answers;  // each distinct key is probed (and pinned) once
@@ -147,15 +163,21 @@ Status ServerRole::OnFetch(const protocol::Fetch& message) {
   // correct consumer cannot send one (its abort follows its fetch), so it is
   // dropped rather than served.
   if (s.acked.Contains(key)) return Status::Ok();
-  RequestState& request = s.requests[message.kv_request_id];
-  auto it = request.rounds.find(message.round_seq);
-  if (it != request.rounds.end() && it->second.has_demand) {
+  OutboundRound* existing = s.FindRound(key);
+  if (existing && existing->has_demand) {
     return Status::Violation("duplicate fetch for " + RoundName(key));
   }
+  if (!existing && s.AtRoundLimit()) {
+    // The round's one terminal: the consumer's load fails at once.
+    ++s.rounds_refused;
+    s.send(OutFrame{protocol::TransferDone{message.kv_request_id, false, message.round_seq}, {}});
+    return Status::Ok();
+  }
+  RequestState& request = s.requests[message.kv_request_id];
   s.NoteNewFetch(message.kv_request_id);
   // A round without demand exists only because lookups created it.
-  if (it != request.rounds.end()) {
-    s.ServeSymmetric(key, it->second, message);
+  if (existing) {
+    s.ServeSymmetric(key, *existing, message);
   } else {
     s.ServePd(request, key, message);
   }
@@ -174,6 +196,7 @@ void ServerRole::Impl::ServeSymmetric(const RoundKey& key, OutboundRound& round,
 
 void ServerRole::Impl::ServePd(RequestState& request, const RoundKey& key, const protocol::Fetch& message) {
   OutboundRound& round = request.rounds[key.second];
+  ++open_rounds;
   round.AddPdDemand(message.keys, message.block_indexes);
   round.finishing = request.finishing;
   std::erase_if(request.unbound, [&](JobId id) {
@@ -289,6 +312,7 @@ void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& r
   if (it == rit->second.rounds.end()) return;
   OutboundRound round = std::move(it->second);
   rit->second.rounds.erase(it);
+  --open_rounds;
   if (round.scheduled) std::erase(ready, key);
   const std::string why = reason.empty() ? RoundName(key) + " failed" : reason;
   std::set<JobId> touched;
@@ -434,6 +458,7 @@ std::vector<JobResult> ServerRole::Close(const std::string& reason) {
   s.closed = true;
   s.close_reason = reason;
   s.requests.clear();  // drops every round's pins
+  s.open_rounds = 0;
   s.ready.clear();
   return s.ledger.CloseAll(reason);
 }
@@ -445,6 +470,10 @@ size_t ServerRole::RoundsServing() const {
   }
   return serving;
 }
+
+size_t ServerRole::RoundsOpen() const { return impl_->open_rounds; }
+
+uint64_t ServerRole::RoundsRefused() const { return impl_->rounds_refused; }
 
 size_t ServerRole::TrackedRequests() const { return impl_->requests.size(); }
 

@@ -47,6 +47,12 @@ struct ServerConfig {
   // A bound store job whose blocks are not all demanded by then fails, so
   // an engine's pins never leak on a consumer that went quiet.
   Duration store_timeout = std::chrono::seconds(60);
+  // Open rounds (lookup-only or with demand) this role holds for its peer at
+  // most; 0 = no limit. Beyond it a lookup that would open a new round is
+  // answered all-miss and a fetch that would open one gets
+  // transfer_done{success:false}: refused work, never a protocol violation.
+  // Rounds already open are served as usual.
+  size_t max_rounds = 0;
 };
 
 class ServerRole {
@@ -96,6 +102,10 @@ class ServerRole {
   std::vector<JobResult> Close(const std::string& reason);
 
   size_t RoundsServing() const;
+  // Every open round, with or without demand (what max_rounds bounds).
+  size_t RoundsOpen() const;
+  // Lookups and fetches refused because max_rounds rounds were open.
+  uint64_t RoundsRefused() const;
   // Request ids with any state left (rounds or unbound supply); 0 once
   // everything has ended. For tests and status.
   size_t TrackedRequests() const;

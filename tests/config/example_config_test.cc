@@ -124,9 +124,17 @@ TEST_CASE("the example config is valid as shipped and with every setting uncomme
   // it at a real one, keeping everything else as the example has it.
   TempDir dir;
   std::string psk = dir.Write("psk", std::string(32, 'k') + "\n");
+  // Likewise the TLS files (the parser checks they exist; the daemon reads them).
+  std::string pem = dir.Write("tls.pem", "-----BEGIN CERTIFICATE-----\n");
   std::string text;
   for (const ExampleSetting& setting : ExampleSettings(ReadExample())) {
-    text += (setting.key == "psk-file" ? "psk-file = \"" + psk + "\"" : setting.line) + "\n";
+    if (setting.key == "psk-file") {
+      text += "psk-file = \"" + psk + "\"\n";
+    } else if (setting.key.starts_with("tls-")) {
+      text += setting.key + " = \"" + pem + "\"\n";
+    } else {
+      text += setting.line + "\n";
+    }
   }
   ParseResult uncommented = Parse({"--config", dir.Write("all.toml", text)});
   INFO(uncommented.message);

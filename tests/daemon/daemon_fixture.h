@@ -124,7 +124,7 @@ class FakePeers : public PeerService {
   }
   // Like the real peer side: in-flight loads of the request end with a
   // failure result at once.
-  void Finish(const std::string& kv_request_id) override {
+  void Finish(const std::string& kv_request_id, const std::vector<std::string>&, bool) override {
     finished.push_back(kv_request_id);
     for (auto it = loads.begin(); it != loads.end();) {
       if (it->kv_request_id != kv_request_id) {

@@ -1,0 +1,50 @@
+// MetricsHttpServer: the --metrics-listen listener, a minimal HTTP/1.1
+// server for Prometheus to scrape.
+//
+// GET /metrics (a query string is ignored) answers 200 with the metrics text
+// as text/plain; version=0.0.4. Any other path answers 404, any other
+// method 405, a malformed request 400, a request head larger than 8 KiB
+// 431. Every response carries Content-Length and Connection: close, and the
+// connection is closed after it; a request body is never read. A client
+// gets 10 s to send its request head; at most 64 connections are served at
+// once (more are closed at once), so a slow or hostile client cannot hold
+// the daemon's resources.
+//
+// Thread-safety: none; runs on the daemon's one io_context.
+//
+// Lifetime: Stop() (or destruction) closes the listener and every
+// connection; coroutines still suspended find the server gone and end.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "config/host_port.h"
+
+namespace kvpeer::daemon {
+
+class MetricsHttpServer {
+ public:
+  // `render` produces the metrics text for each scrape.
+  MetricsHttpServer(boost::asio::io_context& io, config::HostPort address, std::function<std::string()> render);
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // Resolves and binds the address and starts accepting. On failure returns
+  // why (naming the address); the server then does nothing.
+  std::string Start();
+  void Stop();
+  // The bound address as HOST:PORT (a port 0 listen shows its real port).
+  std::string address() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace kvpeer::daemon

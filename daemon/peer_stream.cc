@@ -1,0 +1,93 @@
+#include "daemon/peer_stream.h"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace kvpeer::daemon {
+
+namespace asio = boost::asio;
+namespace ssl = boost::asio::ssl;
+
+namespace {
+
+// "what 'path': reason" with OpenSSL's own reason when it has one.
+std::string FileError(const char* what, const std::string& path, const boost::system::system_error& e) {
+  return std::string(what) + " '" + path + "': " + e.code().message();
+}
+
+}  // namespace
+
+std::shared_ptr<ssl::context> MakeTlsContext(const TlsFiles& files, std::string* error) {
+  auto context = std::make_shared<ssl::context>(ssl::context::tls);
+  SSL_CTX* native = context->native_handle();
+  if (SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION) != 1) {
+    *error = "this OpenSSL cannot do TLS 1.3";
+    return nullptr;
+  }
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_compression);
+  // Stateless peers of one cluster: no session tickets to keep or leak.
+  SSL_CTX_set_num_tickets(native, 0);
+  try {
+    context->use_certificate_chain_file(files.cert);
+  } catch (const boost::system::system_error& e) {
+    *error = FileError("tls-cert: cannot load certificate chain", files.cert, e);
+    return nullptr;
+  }
+  try {
+    context->use_private_key_file(files.key, ssl::context::pem);
+  } catch (const boost::system::system_error& e) {
+    if (ERR_GET_REASON(static_cast<unsigned long>(e.code().value())) == X509_R_KEY_VALUES_MISMATCH) {
+      *error = "tls-key: '" + files.key + "' is not the private key of the certificate in '" + files.cert + "'";
+    } else {
+      *error = FileError("tls-key: cannot load private key", files.key, e);
+    }
+    return nullptr;
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    ERR_clear_error();
+    *error = "tls-key: '" + files.key + "' is not the private key of the certificate in '" + files.cert + "'";
+    return nullptr;
+  }
+  try {
+    context->load_verify_file(files.ca);
+  } catch (const boost::system::system_error& e) {
+    *error = FileError("tls-ca: cannot load CA certificates", files.ca, e);
+    return nullptr;
+  }
+  context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  return context;
+}
+
+void PeerStream::VerifyPeerName(const std::string& host) {
+  if (!tls_) return;
+  tls_->set_verify_callback(ssl::host_name_verification(host));
+  // SNI for DNS names only (RFC 6066 forbids IP literals).
+  boost::system::error_code ec;
+  asio::ip::make_address(host, ec);
+  if (ec) SSL_set_tlsext_host_name(tls_->native_handle(), host.c_str());
+}
+
+asio::awaitable<void> PeerStream::Handshake(ssl::stream_base::handshake_type role, boost::system::error_code& ec) {
+  if (!tls_) co_return;
+  co_await tls_->async_handshake(role, asio::redirect_error(asio::use_awaitable, ec));
+  handshake_done_ = !ec;
+}
+
+size_t PeerStream::TryWriteNow(asio::const_buffer bytes, boost::system::error_code& ec) {
+  if (tls_ && !handshake_done_) {  // nothing can be said before the handshake
+    ec = asio::error::not_connected;
+    return 0;
+  }
+  socket().non_blocking(true, ec);
+  if (ec) return 0;
+  // Over TLS this seals one record and writes what the socket takes now; a
+  // record cut short is harmless because the connection closes next.
+  return tls_ ? tls_->write_some(bytes, ec) : plain_.write_some(bytes, ec);
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,93 @@
+// PeerStream: the byte stream of one peer connection, plain TCP or TLS
+// (--tls-cert, --tls-key, --tls-ca), behind one small interface so that
+// PeerConnection does not care which.
+//
+// TLS is TLS 1.3 only, with mutual certificate verification: each side
+// presents its certificate and requires one from the peer, signed by the
+// configured CA (verify_peer | verify_fail_if_no_peer_cert). The dialling
+// side also checks that the certificate names the host it dialled (DNS or
+// IP subject alternative name), like HTTPS. The accepting side cannot: the
+// peer's name is known only from its `connect`.
+//
+// Reads stay zero-copy as far as TLS allows (a read into a destination slot
+// decrypts straight into it) and writes stay scatter/gather (one async_write
+// of the whole buffer sequence).
+//
+// Thread-safety: none; used on the daemon's one io_context. At most one
+// read and one write may be in flight at a time (as Asio's ssl::stream
+// requires), which PeerConnection's one reader and one writer guarantee.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/write.hpp>
+
+namespace kvpeer::daemon {
+
+// The files of --tls-cert, --tls-key, --tls-ca.
+struct TlsFiles {
+  std::string cert;  // PEM certificate chain of this node
+  std::string key;   // PEM private key of that certificate
+  std::string ca;    // PEM CA certificate(s) that peers' certificates must chain to
+};
+
+// A context for both roles (dialling and accepting), TLS 1.3 only, with
+// mutual verification. Null with *error naming the file and OpenSSL's
+// reason when a file cannot be loaded or the key does not match.
+std::shared_ptr<boost::asio::ssl::context> MakeTlsContext(const TlsFiles& files, std::string* error);
+
+class PeerStream {
+ public:
+  using Tls = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
+
+  // Plain TCP (implicit, so a tcp::socket is a PeerStream).
+  PeerStream(boost::asio::ip::tcp::socket socket)  // NOLINT(google-explicit-constructor)
+      : plain_(std::move(socket)) {}
+  // TLS over `socket`; `context` must outlive the stream.
+  PeerStream(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context& context)
+      : plain_(socket.get_executor()), tls_(std::make_unique<Tls>(std::move(socket), context)) {}
+
+  PeerStream(PeerStream&&) = default;
+  PeerStream& operator=(PeerStream&&) = delete;
+
+  bool tls() const { return tls_ != nullptr; }
+  // The TCP socket underneath: connect, options, addresses, close.
+  boost::asio::ip::tcp::socket& socket() { return tls_ ? tls_->next_layer() : plain_; }
+  const boost::asio::ip::tcp::socket& socket() const { return tls_ ? tls_->next_layer() : plain_; }
+
+  // Dialling side: the peer's certificate must name `host`. Call before
+  // Handshake; no-op for plain TCP.
+  void VerifyPeerName(const std::string& host);
+  // The TLS handshake in `role`; completes at once for plain TCP.
+  boost::asio::awaitable<void> Handshake(boost::asio::ssl::stream_base::handshake_type role,
+                                         boost::system::error_code& ec);
+
+  template <typename MutableBuffers, typename Token>
+  auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+    if (tls_) return tls_->async_read_some(buffers, std::forward<Token>(token));
+    return plain_.async_read_some(buffers, std::forward<Token>(token));
+  }
+
+  // Writes the whole buffer sequence (asio::async_write).
+  template <typename ConstBuffers, typename Token>
+  auto async_write(const ConstBuffers& buffers, Token&& token) {
+    if (tls_) return boost::asio::async_write(*tls_, buffers, std::forward<Token>(token));
+    return boost::asio::async_write(plain_, buffers, std::forward<Token>(token));
+  }
+
+  // Best effort, never blocking: writes what the socket takes now (used for
+  // a last `disconnect` right before closing). REQUIRES: no write in flight.
+  size_t TryWriteNow(boost::asio::const_buffer bytes, boost::system::error_code& ec);
+
+ private:
+  boost::asio::ip::tcp::socket plain_;  // unused (never opened) with TLS
+  std::unique_ptr<Tls> tls_;
+  bool handshake_done_ = false;
+};
+
+}  // namespace kvpeer::daemon

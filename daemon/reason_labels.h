@@ -1,0 +1,49 @@
+// Reason labels: the free-text reasons of closed sessions and failed jobs
+// (written for people: "config_fingerprint mismatch: ours \"a\", peer \"b\"")
+// mapped to a small fixed set of metric label values, so that a label can
+// never take unboundedly many values whatever a peer sends.
+//
+// Each classifier returns an index into its label array; the last label of
+// each array is the catch-all.
+//
+// Thread-safety: pure functions over constant tables.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+
+namespace kvpeer::daemon {
+
+// A session that ended before its handshake completed (and was not closed
+// by this node on purpose).
+inline constexpr std::array<std::string_view, 15> kHandshakeFailureLabels = {
+    "authentication",     "config_fingerprint", "hash_seed",       "block_len",          "wire_version",
+    "peer_id",            "self_connection",    "tls",             "timeout",            "connect_failed",
+    "peer_not_configured", "peer_shutting_down", "connection_lost", "protocol_violation", "other"};
+// `violation`: this node detected a protocol violation by the peer.
+size_t ClassifyHandshakeFailure(std::string_view close_reason, bool violation);
+// The handshake failures where one side refused the other's settings or
+// identity (authentication .. self_connection). A node without a PSK of its
+// own may be ready already when its peer refuses it: such a close still
+// counts as a failed handshake.
+bool IsHandshakeRefusal(size_t handshake_failure);
+
+// A session that was ready and has ended.
+inline constexpr std::array<std::string_view, 9> kSessionCloseLabels = {
+    "peer_disconnected", "connection_lost", "peer_silent",    "protocol_violation", "operator",
+    "shutdown",          "duplicate",       "peer_restarted", "other"};
+size_t ClassifySessionClose(std::string_view close_reason, bool violation);
+
+// A load's failure reason (session::JobResult::reason). Reasons the client
+// role does not produce itself are the session's close reason.
+inline constexpr std::array<std::string_view, 6> kLoadFailureLabels = {
+    "timeout", "request_finished", "peer_failed", "incomplete", "shutdown", "session_closed"};
+size_t ClassifyLoadFailure(std::string_view reason);
+
+// A store's failure reason.
+inline constexpr std::array<std::string_view, 6> kStoreFailureLabels = {
+    "timeout", "unfetched", "aborted", "shutdown", "session_closed", "other"};
+size_t ClassifyStoreFailure(std::string_view reason);
+
+}  // namespace kvpeer::daemon

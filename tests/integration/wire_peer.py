@@ -1,0 +1,370 @@
+"""A raw kvpeer wire-protocol peer in Python, written from
+/work/shared/spec/wire-protocol.md, for tests that must send what a correct
+daemon never would: malformed frames, forged block_data, replayed or
+unauthenticated handshakes, a peer that dribbles one byte a second.
+
+    frame = b"KVP1" + u32 BE header_len + u64 BE payload_len + JSON header + payload
+
+`WirePeer` wraps one TCP connection (dialled with `WirePeer.dial`, or accepted
+from a `WireListener` that the daemon dials). It keeps every frame it read in
+`received`, answers `ping` while it waits for something else, and its
+`expect_disconnect` returns the reason of the daemon's `disconnect` and checks
+that the daemon closed the connection after it.
+
+Every wait is bounded by a timeout; loopback addresses only.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import socket
+import struct
+import time
+
+__all__ = [
+    "MAGIC", "MAX_HEADER_LEN", "MAX_PAYLOAD_LEN", "Frame", "WireError", "WirePeer", "WireListener",
+    "encode_frame", "psk_proof", "random_hex16",
+]
+
+MAGIC = b"KVP1"
+PREFIX = struct.Struct(">4sIQ")
+MAX_HEADER_LEN = 16 * 1024 * 1024
+MAX_PAYLOAD_LEN = 64 * 1024 * 1024
+
+
+class WireError(Exception):
+    """The daemon did not behave as the test expected (no disconnect, a
+    frame we could not parse, a timeout)."""
+
+
+def random_hex16():
+    """32 lowercase hex digits, never all zeros (an epoch or a nonce)."""
+    while True:
+        v = os.urandom(16).hex()
+        if v != "0" * 32:
+            return v
+
+
+def psk_proof(psk, nonce, epoch, prover_id):
+    """connect_ack.proof: hex HMAC-SHA256(psk, "kvpeer-v1" 0 nonce 0 epoch 0 prover_id)."""
+    msg = b"\0".join([b"kvpeer-v1", nonce.encode(), epoch.encode(), prover_id.encode()])
+    return hmac.new(psk, msg, hashlib.sha256).hexdigest()
+
+
+def encode_header(header):
+    if isinstance(header, (bytes, bytearray)):
+        return bytes(header)
+    if isinstance(header, str):
+        return header.encode()
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+def encode_frame(header, payload=b"", *, magic=MAGIC, header_len=None, payload_len=None):
+    """One frame; `header` is a dict (JSON-encoded), str or bytes (sent as
+    is). `magic`, `header_len` and `payload_len` override the prefix so a
+    test can lie about them."""
+    h = encode_header(header)
+    hl = len(h) if header_len is None else header_len
+    pl = len(payload) if payload_len is None else payload_len
+    return PREFIX.pack(magic, hl, pl) + h + bytes(payload)
+
+
+class Frame:
+    def __init__(self, header_bytes, payload):
+        self.raw_header = header_bytes
+        self.payload = payload
+        try:
+            self.header = json.loads(header_bytes)
+        except ValueError:
+            self.header = None
+
+    @property
+    def type(self):
+        return self.header.get("type") if isinstance(self.header, dict) else None
+
+    def __repr__(self):
+        return f"Frame({self.raw_header[:300]!r}, payload {len(self.payload)} bytes)"
+
+
+class WirePeer:
+    """One connection speaking the wire protocol by hand.
+
+    `peer_id` is what this fake node calls itself; block_len, fingerprint
+    and hash seed default to what the daemon must be configured with."""
+
+    def __init__(self, sock, peer_id, block_len, fingerprint, hash_seed, psk=None, epoch=None, timeout=10.0):
+        self.sock = sock
+        self.sock.settimeout(timeout)
+        self.timeout = timeout
+        self.peer_id = peer_id
+        self.block_len = block_len
+        self.fingerprint = fingerprint
+        self.hash_seed = hash_seed
+        self.psk = psk
+        self.epoch = epoch or random_hex16()
+        self.nonce = random_hex16()
+        self.buf = bytearray()
+        self.received = []  # every Frame read
+        self.their_connect = None
+        self.their_ack = None
+        self.sent_bytes = []  # raw bytes of every send, for replays
+        self.eof = False
+
+    @classmethod
+    def dial(cls, addr, peer_id, block_len, fingerprint, hash_seed, **kw):
+        host, _, port = addr.rpartition(":")
+        assert host.startswith("127."), "loopback only"
+        s = socket.create_connection((host, int(port)), timeout=kw.get("timeout", 10.0))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(s, peer_id, block_len, fingerprint, hash_seed, **kw)
+
+    def close(self, rst=False):
+        if self.sock is None:
+            return
+        if rst:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+        try:
+            self.sock.close()
+        finally:
+            self.sock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- sending -------------------------------------------------------------
+
+    def send_raw(self, data):
+        self.sent_bytes.append(bytes(data))
+        self.sock.sendall(data)
+
+    def send(self, header, payload=b"", **overrides):
+        self.send_raw(encode_frame(header, payload, **overrides))
+
+    def send_slowly(self, data, interval_s, max_bytes, deadline_s):
+        """Sends `data` one byte per `interval_s` (a slowloris), stopping at
+        `max_bytes`, at `deadline_s` seconds, or when the daemon closes the
+        connection. Returns (bytes sent, closed by the daemon?)."""
+        sent = 0
+        end = time.monotonic() + deadline_s
+        while sent < min(len(data), max_bytes) and time.monotonic() < end:
+            try:
+                self.sock.send(data[sent:sent + 1])
+            except OSError:
+                return sent, True
+            sent += 1
+            # Between bytes, look for the daemon's disconnect/EOF.
+            if self._peek_closed(interval_s):
+                return sent, True
+        return sent, False
+
+    def _peek_closed(self, wait_s):
+        self.sock.settimeout(wait_s)
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except socket.timeout:
+            return False
+        except OSError:
+            self.eof = True
+            return True
+        finally:
+            if self.sock is not None:
+                self.sock.settimeout(self.timeout)
+        if not chunk:
+            self.eof = True
+            return True
+        self.buf += chunk
+        return False
+
+    def make_connect(self, **overrides):
+        msg = {"type": "connect", "peer_id": self.peer_id, "wire_major": 1, "wire_minor": 0,
+               "epoch": self.epoch, "block_len": self.block_len, "config_fingerprint": self.fingerprint,
+               "hash_seed": self.hash_seed, "nonce": self.nonce}
+        for k, v in overrides.items():
+            if v is _DROP:
+                msg.pop(k, None)
+            else:
+                msg[k] = v
+        return msg
+
+    def make_ack(self, their_connect=None, proof=None, **overrides):
+        their = their_connect or self.their_connect
+        msg = {"type": "connect_ack", "peer_id": self.peer_id, "wire_major": 1, "wire_minor": 0,
+               "epoch": self.epoch}
+        if proof is not None:
+            msg["proof"] = proof
+        elif self.psk is not None and their is not None:
+            msg["proof"] = psk_proof(self.psk, their["nonce"], their["epoch"], self.peer_id)
+        for k, v in overrides.items():
+            if v is _DROP:
+                msg.pop(k, None)
+            else:
+                msg[k] = v
+        return msg
+
+    # -- receiving -----------------------------------------------------------
+
+    def _fill(self, need, deadline):
+        while len(self.buf) < need:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout(f"no complete frame within the timeout ({len(self.buf)} of {need} bytes)")
+            self.sock.settimeout(min(left, self.timeout))
+            try:
+                chunk = self.sock.recv(max(1 << 16, need - len(self.buf)))
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                self.eof = True
+                raise EOFError(f"connection closed ({len(self.buf)} bytes of a frame buffered)")
+            self.buf += chunk
+
+    def recv_frame(self, timeout=None):
+        """Reads one frame. Raises EOFError when the daemon closed the
+        connection, socket.timeout past `timeout`."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        self._fill(PREFIX.size, deadline)
+        magic, hl, pl = PREFIX.unpack(bytes(self.buf[:PREFIX.size]))
+        if magic != MAGIC or hl > MAX_HEADER_LEN or pl > MAX_PAYLOAD_LEN:
+            raise WireError(f"the daemon sent a bad prefix {bytes(self.buf[:16])!r}")
+        self._fill(PREFIX.size + hl + pl, deadline)
+        header = bytes(self.buf[PREFIX.size:PREFIX.size + hl])
+        payload = bytes(self.buf[PREFIX.size + hl:PREFIX.size + hl + pl])
+        del self.buf[:PREFIX.size + hl + pl]
+        f = Frame(header, payload)
+        self.received.append(f)
+        return f
+
+    def recv_until(self, types, timeout=None, answer_pings=True):
+        """Reads frames until one whose type is in `types` (returned);
+        answers pings on the way. A disconnect that is not wanted raises."""
+        if isinstance(types, str):
+            types = (types,)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WireError(f"none of {types} within the timeout; got {[f.type for f in self.received[-10:]]}")
+            f = self.recv_frame(timeout=left)
+            if f.type in types:
+                return f
+            if f.type == "ping" and answer_pings:
+                self.send({"type": "pong", "nonce": f.header["nonce"]})
+            elif f.type == "disconnect":
+                raise WireError(f"daemon disconnected while we waited for {types}: {f.header!r}")
+
+    def expect_disconnect(self, timeout=None):
+        """Reads until the daemon's `disconnect` (other frames are kept in
+        `received`), then requires EOF. Returns the reason ('' if none)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WireError("no disconnect within the timeout")
+            try:
+                f = self.recv_frame(timeout=left)
+            except EOFError:
+                raise WireError("the daemon closed the connection without a disconnect frame; got "
+                                f"{[f.header for f in self.received[-5:]]}")
+            if f.type == "ping":
+                continue
+            if f.type == "disconnect":
+                reason = f.header.get("reason", "")
+                if not self.wait_closed(max(0.5, deadline - time.monotonic())):
+                    raise WireError(f"disconnect {reason!r} sent but the connection stayed open")
+                return reason
+
+    def wait_closed(self, timeout=5.0):
+        """True once the daemon closed the connection (EOF or reset)."""
+        if self.eof:
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except socket.timeout:
+                return False
+            except OSError:
+                self.eof = True
+                return True
+            if not chunk:
+                self.eof = True
+                return True
+            self.buf += chunk
+        return False
+
+    # -- the handshake -------------------------------------------------------
+
+    def send_connect(self, **overrides):
+        msg = self.make_connect(**overrides)
+        self.send(msg)
+        return msg
+
+    def read_connect(self, timeout=None):
+        f = self.recv_until("connect", timeout=timeout)
+        self.their_connect = f.header
+        return f.header
+
+    def handshake(self, timeout=None, verify_proof=True):
+        """The whole exchange: our connect, their connect, our ack (with a
+        proof when we hold the PSK), their ack (its proof checked). Returns
+        their connect."""
+        self.send_connect()
+        self.read_connect(timeout)
+        self.send(self.make_ack())
+        f = self.recv_until("connect_ack", timeout=timeout)
+        self.their_ack = f.header
+        if self.psk is not None and verify_proof:
+            want = psk_proof(self.psk, self.nonce, self.epoch, self.their_connect["peer_id"])
+            if f.header.get("proof") != want:
+                raise WireError(f"the daemon's proof is wrong: {f.header!r}")
+        return self.their_connect
+
+
+class _Drop:
+    def __repr__(self):
+        return "DROP"
+
+
+_DROP = _Drop()
+WirePeer.DROP = _DROP
+
+
+class WireListener:
+    """A listening socket on 127.0.0.1 the daemon can dial (engines name
+    `address` as the peer)."""
+
+    def __init__(self, host="127.0.0.1"):
+        assert host.startswith("127."), "loopback only"
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, 0))
+        self.sock.listen(16)
+        self.address = f"{host}:{self.sock.getsockname()[1]}"
+
+    def accept(self, timeout=10.0):
+        self.sock.settimeout(timeout)
+        s, _ = self.sock.accept()
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def accept_peer(self, block_len, fingerprint, hash_seed, timeout=10.0, **kw):
+        """Accepts the daemon's dial and wraps it as a WirePeer named
+        after this listener's address."""
+        return WirePeer(self.accept(timeout), self.address, block_len, fingerprint, hash_seed, **kw)
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

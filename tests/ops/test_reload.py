@@ -1,0 +1,229 @@
+"""The real kvpeerd and its operations surface: SIGHUP reloads the config
+file (live settings applied and logged, restart-only ones logged and
+ignored, an invalid file changes nothing), and --metrics-listen serves the
+same Prometheus text as the `metrics` op over HTTP.
+
+Binaries come from $KVPEER_BIN_DIR (default <repo>/build): daemon/kvpeerd.
+"""
+
+import http.client
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "clients" / "python"))
+
+from kvpeer import Client, KvpeerError, ProtocolError  # noqa: E402
+
+# Generous: the same test runs under ASan.
+TIMEOUT_S = float(os.environ.get("KVPEER_READY_TIMEOUT_S", "30"))
+
+
+def kvpeerd_path():
+    return Path(os.environ.get("KVPEER_BIN_DIR", REPO / "build")) / "daemon" / "kvpeerd"
+
+
+def wait_for(predicate, what, timeout=TIMEOUT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class ReloadTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kvpeer-ops-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.socket_path = os.path.join(self.dir, "kvpeerd.sock")
+        self.config_path = os.path.join(self.dir, "kvpeerd.toml")
+        self.log_path = os.path.join(self.dir, "kvpeerd.log")
+        self.psk_path = os.path.join(self.dir, "psk")
+        self.proc = None
+        self.addCleanup(self._cleanup)
+
+    def _cleanup(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        outcome = getattr(self, "_outcome", None)
+        result = getattr(outcome, "result", None)
+        failed = result is None or any(t is self for t, _ in list(result.errors) + list(result.failures))
+        if failed and os.path.exists(self.log_path):
+            sys.stderr.write(f"--- kvpeerd log ---\n{self.log()}\n")
+
+    def write_config(self, **settings):
+        lines = [f'socket = "{self.socket_path}"', 'listen = "127.0.0.1:0"', 'metrics-listen = "127.0.0.1:0"']
+        for key, value in settings.items():
+            key = key.replace("_", "-")
+            if isinstance(value, str):
+                lines.append(f'{key} = "{value}"')
+            elif isinstance(value, list):
+                lines.append(f"{key} = [" + ", ".join(f'"{v}"' for v in value) + "]")
+            else:
+                lines.append(f"{key} = {value}")
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, self.config_path)  # as an editor saving the file would
+
+    def write_psk(self, key):
+        fd = os.open(self.psk_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        os.replace(self.psk_path + ".tmp", self.psk_path)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([str(kvpeerd_path()), "--config", self.config_path],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"kvpeerd exited with {self.proc.returncode}\n{self.log()}")
+            try:
+                return self.status()
+            except (OSError, KvpeerError, ProtocolError):
+                return None
+
+        wait_for(ready, "the control socket")
+        match = re.search(r"metrics listening on http://127\.0\.0\.1:(\d+)/metrics", self.log())
+        self.assertIsNotNone(match, self.log())
+        self.metrics_port = int(match.group(1))
+
+    def status(self):
+        with Client(self.socket_path, timeout=10) as c:
+            return c.status()
+
+    def config(self):
+        return self.status()["config"]
+
+    def reload(self, expect_in_log):
+        """SIGHUP, then wait until the log shows `expect_in_log`."""
+        before = len(self.log())
+        self.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: expect_in_log in self.log()[before:], f"'{expect_in_log}' in the log")
+        self.assertIsNone(self.proc.poll(), "kvpeerd died on SIGHUP")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=TIMEOUT_S), 0)
+
+    def http_get(self, path, method="GET"):
+        connection = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=10)
+        try:
+            connection.request(method, path)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read().decode()
+        finally:
+            connection.close()
+
+    # -------------------------------------------------------------------
+
+    def test_sighup_applies_live_settings_and_logs_each_change(self):
+        self.write_config(log_level="info")
+        self.start()
+        self.assertEqual(self.config()["log-level"], "info")
+        self.assertEqual(self.config()["allow-cidr"], [])
+
+        self.write_config(log_level="debug", allow_cidr=["127.0.0.0/8", "10.0.0.0/8"])
+        self.reload("reload: allow-cidr")
+        log = self.log()
+        self.assertIn("reload: log-level info -> debug", log)
+        self.assertIn('reload: allow-cidr [] -> ["127.0.0.0/8","10.0.0.0/8"]', log)
+        config = self.config()
+        self.assertEqual(config["log-level"], "debug")
+        self.assertEqual(config["allow-cidr"], ["127.0.0.0/8", "10.0.0.0/8"])
+
+        # Debug lines are written from now on (and were not before).
+        self.assertNotIn(" debug control connection", log)
+        self.status()
+        wait_for(lambda: re.search(r" debug control connection from pid \d+ closed", self.log()),
+                 "a debug line after the change")
+
+        # Nothing changed: said so, and still nothing applied.
+        self.reload("reload: no live setting changed")
+        self.stop()
+
+    def test_restart_only_settings_are_logged_and_ignored(self):
+        self.write_config(log_level="info", load_timeout_s=30)
+        self.start()
+        self.write_config(log_level="warn", load_timeout_s=5)
+        self.reload("reload: log-level info -> warn")
+        self.assertIn("reload: load-timeout-s 30 -> 5 needs a restart; ignored", self.log())
+        config = self.config()
+        self.assertEqual(config["log-level"], "warn")
+        self.assertEqual(config["load-timeout-s"], 30)
+        self.stop()
+
+    def test_an_invalid_file_changes_nothing(self):
+        self.write_config(log_level="info")
+        self.start()
+        with open(self.config_path, "a") as f:
+            f.write('log-level = "loud"\nno-such-key = 1\n')
+        self.reload("reload: the settings are invalid; nothing changed")
+        self.assertEqual(self.config()["log-level"], "info")
+        # A missing PSK file is invalid too.
+        self.write_config(log_level="debug", psk_file=os.path.join(self.dir, "missing"))
+        self.reload("reload: the settings are invalid; nothing changed")
+        self.assertEqual(self.config()["log-level"], "info")
+        self.assertIsNone(self.config()["psk-file"])
+        self.stop()
+
+    def test_a_new_psk_is_picked_up_without_showing_it(self):
+        secret = b"s" * 40
+        self.write_psk(secret)
+        self.write_config(psk_file=self.psk_path)
+        self.start()
+        self.write_psk(b"t" * 40)
+        self.reload("reload: psk-file")
+        self.assertIn(f"reload: psk-file {self.psk_path} -> {self.psk_path} (key changed)", self.log())
+        self.assertNotIn("tttt", self.log())
+        self.assertNotIn("ssss", self.log())
+        self.assertNotIn("tttt", str(self.status()))
+        self.stop()
+
+    def test_metrics_listener_serves_the_metrics_text(self):
+        self.write_config()
+        self.start()
+        status, headers, body = self.http_get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "text/plain; version=0.0.4; charset=utf-8")
+        self.assertEqual(headers["Connection"], "close")
+        self.assertIn("\nkvpeer_up 1\n", body)
+        self.assertTrue(body.endswith("\n"))
+        with Client(self.socket_path, timeout=10) as c:
+            op_text = c.metrics()
+
+        def families(text):
+            return [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+
+        # The control op counts itself, so compare the families, not the values.
+        self.assertEqual(families(body)[:5], families(op_text)[:5])
+        self.assertLessEqual(set(families(body)), set(families(op_text)))
+        self.assertIn("kvpeer_lookup_round_trip_seconds", families(body))
+        self.assertEqual(self.http_get("/")[0], 404)
+        self.assertEqual(self.http_get("/metrics", method="POST")[0], 405)
+        promtool = shutil.which("promtool")
+        if promtool:
+            result = subprocess.run([promtool, "check", "metrics"], input=body.encode(), capture_output=True)
+            self.assertIn(result.returncode, (0, 3), result.stdout.decode() + result.stderr.decode())
+        self.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
