@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, and runs
 #   1. the libFuzzer targets for a bounded time (scripts/fuzz.sh),
-#   2. every ctest suite under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   2. every ctest suite but the soak under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   3. the session and daemon suites under ThreadSanitizer,
 #   4. every ctest suite in the Release build (its summary ends the output).
 # Any failure stops the run with a non-zero exit status.
@@ -26,7 +26,7 @@ scripts/systemd-check.sh
 echo "== ASan+UBSan build and tests"
 scripts/setup.sh --build-dir build-asan --type Debug --sanitize
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j2 --output-on-failure --timeout 600
+  ctest --test-dir build-asan -j2 --output-on-failure --timeout 600 -LE soak  # the soak runs once, in Release
 
 echo "== ThreadSanitizer build and tests (session, daemon)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVPEER_TSAN=ON >/dev/null
