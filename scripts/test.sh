@@ -7,7 +7,7 @@
 # Any failure stops the run with a non-zero exit status.
 #
 #   scripts/test.sh            # everything (CI runs this)
-#   FUZZ_TOTAL_SECONDS=30 scripts/test.sh   # fuzzing budget, all targets (default 150)
+#   FUZZ_TOTAL_SECONDS=30 scripts/test.sh   # fuzzing budget, all targets (default 90)
 #   FUZZ_SECONDS=10 scripts/test.sh         # or a fixed time per target
 set -euo pipefail
 
@@ -17,8 +17,8 @@ if [ -n "${FUZZ_SECONDS:-}" ]; then
   echo "== fuzzing (${FUZZ_SECONDS} s per target)"
   scripts/fuzz.sh "$FUZZ_SECONDS"
 else
-  echo "== fuzzing (${FUZZ_TOTAL_SECONDS:-150} s in all)"
-  scripts/fuzz.sh --total "${FUZZ_TOTAL_SECONDS:-150}"
+  echo "== fuzzing (${FUZZ_TOTAL_SECONDS:-90} s in all)"
+  scripts/fuzz.sh --total "${FUZZ_TOTAL_SECONDS:-90}"
 fi
 
 scripts/systemd-check.sh
