@@ -206,11 +206,12 @@ void CheckString(const json::object& request, std::string_view name, size_t min_
 void CheckPeer(const json::object& request, const std::string& peer) {
   Check(std::string_view(request.at("peer").as_string()) == peer);
   const size_t colon = peer.rfind(':');
-  Check(colon != std::string::npos && colon > 0 && colon + 1 < peer.size() && colon + 6 >= peer.size());
-  uint32_t port = 0;
+  Check(colon != std::string::npos && colon > 0 && colon + 1 < peer.size());
+  // Digits only, of value 1 ..= 65535 (leading zeros pass: "h:080" is port 80).
+  uint64_t port = 0;
   for (char c : std::string_view(peer).substr(colon + 1)) {
     Check(c >= '0' && c <= '9');
-    port = port * 10 + static_cast<uint32_t>(c - '0');
+    port = std::min<uint64_t>(port * 10 + static_cast<uint64_t>(c - '0'), 1000000);
   }
   Check(port >= 1 && port <= 65535 && peer.size() <= kvpeer::protocol::kMaxStringChars);
 }

@@ -330,7 +330,7 @@ class Harness {
   bool dialled_ = false;
   bool psk_ = false;
   size_t max_rounds_ = 0;  // the server role's round limit (0 = none)
-  bool connect_delivered_ = false;
+  std::optional<protocol::Connect> peer_connect_;  // the connect the session accepted
   std::optional<protocol::Connect> own_connect_;
   std::optional<std::string> last_ping_nonce_;  // the session's, for pong
 
@@ -429,17 +429,18 @@ protocol::Connect Harness::PeerConnect(uint8_t variant) const {
 }
 
 protocol::ConnectAck Harness::PeerConnectAck(uint8_t variant) const {
+  // The ack of the connect the session accepted (or of the usual one).
   protocol::ConnectAck a;
-  a.peer_id = std::string(kPeerId);
-  a.epoch = std::string(kPeerEpoch);
-  if (psk_) a.proof = session::PskProof(kPsk, own_connect_->nonce, own_connect_->epoch, kPeerId);
+  a.peer_id = peer_connect_ ? peer_connect_->peer_id : std::string(kPeerId);
+  a.epoch = peer_connect_ ? peer_connect_->epoch : std::string(kPeerEpoch);
+  if (psk_) a.proof = session::PskProof(kPsk, own_connect_->nonce, own_connect_->epoch, a.peer_id);
   switch (variant % 7) {
     case 1: a.proof.reset(); break;
     case 2: a.proof = std::string(64, 'a'); break;
     case 3: a.epoch = Token(77); break;
     case 4: a.peer_id = "other:1"; break;
     case 5: a.wire_major = 3; break;
-    case 6: a.proof = session::PskProof("wrong key", own_connect_->nonce, own_connect_->epoch, kPeerId); break;
+    case 6: a.proof = session::PskProof("wrong key", own_connect_->nonce, own_connect_->epoch, a.peer_id); break;
     default: break;
   }
   return a;
@@ -486,14 +487,14 @@ Status Harness::Dispatch(const Message& message, bool role) {
 }
 
 void Harness::Inbound(const protocol::Connect& m) {
-  const bool first = !connect_delivered_;
+  const bool first = !peer_connect_;
   const bool acceptable = m.wire_major == protocol::kWireMajor && m.block_len == kBlockLen &&
                           m.config_fingerprint == kFingerprint && m.hash_seed == kHashSeed &&
                           m.epoch != kOwnEpoch && (!dialled_ || m.peer_id == kPeerId);
   const Status status = Dispatch(m, false);
   if (first && acceptable) {
     Check(status.ok() && sent_connect_acks_ == 1);
-    connect_delivered_ = true;
+    peer_connect_ = m;
   } else {
     Check(!status.ok() && sent_connect_acks_ == 0);  // a second connect is a violation too
   }
@@ -502,12 +503,14 @@ void Harness::Inbound(const protocol::Connect& m) {
 void Harness::Inbound(const protocol::ConnectAck& m) {
   const bool was_ready = session_->ready();
   const Status status = Dispatch(m, false);
-  if (!connect_delivered_) Check(!status.ok());  // an ack must follow the connect
+  if (!peer_connect_) Check(!status.ok());  // an ack must follow the connect
   if (status.ok() && !was_ready) {
-    // Accepted: the session is ready, and accepted only a correct proof.
+    // Accepted: the session is ready, and accepted only an ack that repeats
+    // the connect's identity and carries the right proof.
     Check(session_->ready());
-    if (psk_) Check(m.proof == session::PskProof(kPsk, own_connect_->nonce, own_connect_->epoch, kPeerId));
-    Check(m.peer_id == kPeerId && m.epoch == kPeerEpoch);
+    const std::string& prover = peer_connect_->peer_id;
+    if (psk_) Check(m.proof == session::PskProof(kPsk, own_connect_->nonce, own_connect_->epoch, prover));
+    Check(m.peer_id == prover && m.epoch == peer_connect_->epoch);
   }
 }
 
