@@ -12,6 +12,15 @@ namespace {
 
 namespace json = boost::json;
 
+// At most `max_bytes` of `text`, never cutting a UTF-8 character in half:
+// an error message quoting the request must itself be valid JSON text.
+std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut));
+}
+
 // The rule a value broke, or nullopt when it passed; the reader adds the
 // field's name.
 using Broken = std::optional<std::string>;
@@ -50,7 +59,7 @@ Broken ParseKey(const json::value& value, protocol::Key* out) {
   }
   if (!protocol::DecodeHex(*text, out)) {
     return "must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
-           std::string(text->subview(0, std::min<size_t>(text->size(), 64))) + "'";
+           Utf8Prefix(*text, 64) + "'";
   }
   return std::nullopt;
 }
@@ -66,7 +75,7 @@ Broken ParsePeer(const json::value& value, std::string* out) {
                        std::from_chars(peer.data() + colon + 1, end, port).ptr == end && colon + 1 < peer.size() &&
                        port >= 1 && port <= 65535;
   if (colon == 0 || !port_ok || peer.size() > protocol::kMaxStringChars) {
-    return "must be \"host:port\" with a port 1 ..= 65535, is '" + std::string(peer.substr(0, 256)) + "'";
+    return "must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'";
   }
   out->assign(peer);
   return std::nullopt;
