@@ -221,26 +221,34 @@ ApiStatus EngineSession::Flush(const json::object&, json::object* response) {
   return std::nullopt;
 }
 
-ApiStatus EngineSession::Load(const json::object& request, json::object*) {
+// The fields load and store share, checked in one order for both: field
+// types first, then the region, the slots and the job id.
+ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view op, std::string* peer,
+                                 JobRequest* job) const {
   RequestReader reader(request);
-  int64_t job_id = 0;
-  std::string peer;
-  std::string kv_request_id;
-  std::vector<protocol::Key> keys;
   std::vector<uint64_t> block_ids;
-  reader.Int("job_id", &job_id);
-  reader.Peer("peer", &peer);
-  reader.IdString("kv_request_id", &kv_request_id);
-  reader.Keys("keys", 1, &keys);
+  reader.Int("job_id", &job->job_id);
+  if (peer != nullptr) reader.Peer("peer", peer);
+  reader.IdString("kv_request_id", &job->kv_request_id);
+  reader.Keys("keys", 1, &job->keys);
   reader.BlockIds("block_ids", 1, &block_ids);
-  reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
+  reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
   if (!reader.ok()) return reader.status();
+  if (Peers() == nullptr) return PeerSideMissing();
+  if (ApiStatus bad = CheckRegion(op)) return bad;
+  if (ApiStatus bad = CheckBlockIds(block_ids, &job->slots)) return bad;
+  return jobs_.CheckJobIdFree(job->job_id);
+}
+
+ApiStatus EngineSession::Load(const json::object& request, json::object*) {
+  JobRequest job;
+  std::string peer;
+  if (ApiStatus bad = ReadJob(request, "load", &peer, &job)) return bad;
   PeerService* peers = Peers();
-  if (peers == nullptr) return PeerSideMissing();
-  if (ApiStatus bad = CheckRegion("load")) return bad;
-  std::vector<BlockIndex> slots;
-  if (ApiStatus bad = CheckBlockIds(block_ids, &slots)) return bad;
-  if (ApiStatus busy = jobs_.CheckJobIdFree(job_id)) return busy;
+  const int64_t job_id = job.job_id;
+  const std::string& kv_request_id = job.kv_request_id;
+  std::vector<protocol::Key>& keys = job.keys;
+  std::vector<BlockIndex>& slots = job.slots;
   if (ApiStatus busy = jobs_.CheckLoadSlots(slots)) return busy;
   if (ApiStatus busy = CheckKvFree(peer, kv_request_id)) return busy;
 
@@ -264,23 +272,13 @@ ApiStatus EngineSession::Load(const json::object& request, json::object*) {
 }
 
 ApiStatus EngineSession::Store(const json::object& request, json::object*) {
-  RequestReader reader(request);
-  int64_t job_id = 0;
-  std::string kv_request_id;
-  std::vector<protocol::Key> keys;
-  std::vector<uint64_t> block_ids;
-  reader.Int("job_id", &job_id);
-  reader.IdString("kv_request_id", &kv_request_id);
-  reader.Keys("keys", 1, &keys);
-  reader.BlockIds("block_ids", 1, &block_ids);
-  reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
-  if (!reader.ok()) return reader.status();
+  JobRequest job;
+  if (ApiStatus bad = ReadJob(request, "store", nullptr, &job)) return bad;
   PeerService* peers = Peers();
-  if (peers == nullptr) return PeerSideMissing();
-  if (ApiStatus bad = CheckRegion("store")) return bad;
-  std::vector<BlockIndex> slots;
-  if (ApiStatus bad = CheckBlockIds(block_ids, &slots)) return bad;
-  if (ApiStatus busy = jobs_.CheckJobIdFree(job_id)) return busy;
+  const int64_t job_id = job.job_id;
+  const std::string& kv_request_id = job.kv_request_id;
+  std::vector<protocol::Key>& keys = job.keys;
+  const std::vector<BlockIndex>& slots = job.slots;
 
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddStore(job_id, node_job, kv_request_id);

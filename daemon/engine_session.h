@@ -89,6 +89,15 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
 
   // Region present, ids in range (out_of_range), into *slots.
   ApiStatus CheckRegion(std::string_view op) const;
+  struct JobRequest {
+    int64_t job_id = 0;
+    std::string kv_request_id;
+    std::vector<protocol::Key> keys;
+    std::vector<protocol::BlockIndex> slots;
+  };
+  // Reads and checks what load (with `peer`) and store (peer null) share.
+  ApiStatus ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
+                    JobRequest* job) const;
   ApiStatus CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::BlockIndex>* slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
   ApiStatus CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
