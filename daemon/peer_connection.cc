@@ -23,8 +23,9 @@ namespace {
 
 // Ticks run at least this often so liveness and timeouts never drift far.
 constexpr auto kMaxTickInterval = std::chrono::milliseconds(200);
-// How long a failed handshake keeps the socket open for its disconnect to
-// follow a frame still being written (Linger).
+// How long a closed connection keeps its socket open for the disconnect to
+// follow a frame still being written and for the peer to close its side
+// (Linger).
 constexpr auto kMaxLinger = std::chrono::seconds(1);
 // Lookups awaiting their lookup_resp for the round-trip histogram; a peer
 // that never answers cannot grow this beyond the bound.
@@ -178,9 +179,11 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       boost::system::error_code ec;
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
+      reading_into_slot_ = payload;
       size_t n = co_await stream_.async_read_some(asio::buffer(target.data(), target.size()),
                                                   asio::redirect_error(asio::use_awaitable, ec));
-      if (closed_) co_return;
+      reading_into_slot_ = false;
+      if (closed_) break;
       if (!ec) {
         bytes_received_ += n;
         decoder_.Commit(n);
@@ -197,8 +200,9 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
         co_return;
       }
     }
-    if (!ProcessDecoderState()) co_return;
+    if (!ProcessDecoderState()) break;
   }
+  if (lingering_) co_await DiscardUntilPeerCloses();
 }
 
 // Reading only what the writer can answer keeps a peer that sends lookups
@@ -369,7 +373,7 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
     write_in_progress_ = false;
     bytes_sent_ += n;
     if (closed_) {
-      EndLinger();  // the frame is out: the disconnect may follow it
+      if (lingering_) SendDisconnectAndFin();  // the frame is out: the disconnect may follow it
       co_return;
     }
     if (ec) {
@@ -403,24 +407,22 @@ void PeerConnection::AfterExternalOp() { AfterSessionActivity(); }
 void PeerConnection::AfterSessionActivity() {
   if (!ever_ready_ && session_->ready()) ever_ready_ = true;
   if (!closed_ && session_->state() == session::PeerSession::State::kClosed) {
-    // The session ended itself (violation, timeout, peer's disconnect): stop
-    // the socket before anyone learns that its loads failed.
-    //
-    // Except during a handshake that fails while a frame of ours is still
-    // being written (typically our connect_ack crossing the peer's, whose
-    // proof is wrong): the disconnect naming the reason would be lost, so
-    // the socket stays open until that frame is out (Linger). Before ready
-    // nothing is read into a slot, so no result is at risk.
-    const bool linger = write_in_progress_ && !ever_ready_ &&
-                        decoder_.state() != protocol::FrameDecoder::State::kReadingPayload;
-    if (!linger) TrySendDisconnectNow();
+    // The session ended itself (violation, timeout, peer's disconnect) or
+    // its owner ended it: nothing more is read into a slot from here on,
+    // before anyone learns that its loads failed.
     closed_ = true;
-    boost::system::error_code ignored;
-    if (!linger) socket_.close(ignored);
     reader_wake_.cancel();
     writer_wake_.cancel();
     tick_timer_.cancel();
-    if (linger) Linger();
+    if (reading_into_slot_ || !loops_started_) {
+      // A pending read targets a slot: only closing the socket stops it.
+      // The disconnect goes out only if no frame is half-written.
+      TrySendDisconnectNow();
+      boost::system::error_code ignored;
+      socket_.close(ignored);
+    } else {
+      Linger();
+    }
     // The PeerManager logs the close (OnConnectionClosed), with its class.
   }
   if (!closed_ && (!write_queue_.empty() || session_->HasDataToSend())) writer_wake_.cancel();
@@ -431,18 +433,41 @@ void PeerConnection::AfterSessionActivity() {
   }
 }
 
+// A graceful close, so the peer reads our disconnect and its reason: the
+// frame being written (if any) is finished, the disconnect follows, then a
+// FIN; whatever the peer still sends is read and dropped until it closes
+// too. Closing with unread bytes would make the kernel send a reset, which
+// can destroy the disconnect before the peer reads it.
 void PeerConnection::Linger() {
   lingering_ = true;
   auto self = shared_from_this();
   tick_timer_.expires_after(kMaxLinger);
   tick_timer_.async_wait([self](boost::system::error_code) { self->EndLinger(); });
+  if (!write_in_progress_) SendDisconnectAndFin();
+}
+
+void PeerConnection::SendDisconnectAndFin() {
+  TrySendDisconnectNow();
+  boost::system::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> PeerConnection::DiscardUntilPeerCloses() {
+  auto self = shared_from_this();
+  std::vector<char> scratch(16 * 1024);
+  while (lingering_) {
+    boost::system::error_code ec;
+    co_await stream_.async_read_some(asio::buffer(scratch), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+  }
+  EndLinger();
 }
 
 void PeerConnection::EndLinger() {
   if (!lingering_) return;
   lingering_ = false;
-  TrySendDisconnectNow();
   boost::system::error_code ignored;
+  tick_timer_.cancel();
   socket_.close(ignored);
 }
 
@@ -479,15 +504,8 @@ void PeerConnection::CloseSocketAndSession(const std::string& reason) {
 void PeerConnection::Close(const std::string& reason, bool notify_peer) {
   if (closed_) return;
   closed_by_owner_ = true;
-  if (notify_peer && !write_in_progress_ && loops_started_) {
-    protocol::Message disconnect = protocol::Disconnect{reason};
-    std::string bytes = protocol::EncodeFrame(disconnect, 0);
-    boost::system::error_code ec;
-    const size_t n = stream_.TryWriteNow(asio::buffer(bytes), ec);
-    bytes_sent_ += n;
-    if (!ec && n == bytes.size()) CountSent(disconnect);
-  }
-  CloseSocketAndSession(reason);
+  session_->Close(reason, notify_peer);
+  AfterSessionActivity();
 }
 
 }  // namespace kvpeer::daemon

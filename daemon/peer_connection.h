@@ -95,8 +95,9 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // the connection with a reason naming the address and the error.
   void StartDial(const std::string& host, const std::string& port);
 
-  // Closes the socket, then ends the session (its work fails with `reason`).
-  // Sends disconnect{reason} first, best effort, when `notify_peer`.
+  // Ends the session (its work fails with `reason`) after stopping every
+  // read into a slot, then closes gracefully: disconnect{reason} when
+  // `notify_peer`, after any frame being written, then FIN (see Linger).
   void Close(const std::string& reason, bool notify_peer = true);
 
   // Call after operating on session() from outside (engine ops): wakes the
@@ -156,8 +157,11 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   void CloseSocketAndSession(const std::string& reason);
   void TrySendDisconnectNow();
   // Keeps the socket of a closed connection open (at most kMaxLinger) until
-  // the frame being written is out, then sends the disconnect and closes.
+  // the frame being written is out, then sends the disconnect and a FIN and
+  // drops what the peer still sends until it closes too.
   void Linger();
+  void SendDisconnectAndFin();
+  boost::asio::awaitable<void> DiscardUntilPeerCloses();
   void EndLinger();
   // Counts a frame the session sent and starts a lookup's round-trip clock.
   void CountSent(const protocol::Message& message);
@@ -189,6 +193,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool loops_started_ = false;
   bool tick_started_ = false;
   bool write_in_progress_ = false;
+  bool reading_into_slot_ = false;  // the pending read targets a block slot
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;
