@@ -2,10 +2,8 @@
 # The whole test suite: installs what is missing, builds, and runs
 #   1. the libFuzzer targets for a bounded time (scripts/fuzz.sh),
 #   2. every ctest suite but the soak under AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. every ctest suite in the Release build (its summary ends the output).
-# No ThreadSanitizer stage: kvpeerd runs one thread (one io_context) and
-# starts none, so there is no data race for TSan to find; the KVPEER_TSAN
-# build option stays for the day a thread appears.
+#   3. the session and daemon suites under ThreadSanitizer,
+#   4. every ctest suite in the Release build (its summary ends the output).
 # Any failure stops the run with a non-zero exit status.
 #
 #   scripts/test.sh            # everything (CI runs this)
@@ -29,6 +27,12 @@ echo "== ASan+UBSan build and tests"
 scripts/setup.sh --build-dir build-asan --type Debug --sanitize
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -j2 --output-on-failure --timeout 600 -LE soak  # the soak runs once, in Release
+
+echo "== ThreadSanitizer build and tests (session, daemon)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVPEER_TSAN=ON >/dev/null
+cmake --build build-tsan -j2 --target session_tests daemon_tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan -j2 -R "session_tests|daemon_tests" --output-on-failure --timeout 600
 
 echo "== Release build and tests"
 scripts/setup.sh --build-dir build
