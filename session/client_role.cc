@@ -223,6 +223,18 @@ void ClientRole::Impl::Retire(RoundSeq round) {
 }
 
 // The engine would wait forever on this request if the session died now.
+// Hits the producer pinned for the open round die with the session (it
+// unpins on close), and a new session would take a load of them for a
+// disaggregated-prefill load that waits out the load timeout. The reference
+// reports only loads and unresolved probes (E61); we report these too, so
+// the engine learns at once that it must recompute.
+namespace {
+bool HoldsConfirmedHits(const RequestState& st) {
+  if (!st.open_round) return false;
+  return std::any_of(st.probes.begin(), st.probes.end(), [](const auto& probe) { return probe.second == Probe::kHit; });
+}
+}  // namespace
+
 bool ClientRole::Impl::OwesEngine(const RequestState& st) const {
   for (RoundSeq round : st.loads)
     if (loads.at(round).owes_result()) return true;
@@ -422,7 +434,7 @@ ClientCloseResult ClientRole::Close(const std::string& reason) {
     if (load.owes_result()) out.failed_loads.push_back(JobResult{load.job_id, load.kv_request_id, false, reason});
   }
   for (const auto& [kv, st] : impl_->requests) {
-    if (impl_->OwesEngine(st)) out.failed_request_ids.push_back(kv);
+    if (impl_->OwesEngine(st) || HoldsConfirmedHits(st)) out.failed_request_ids.push_back(kv);
   }
   std::sort(out.failed_loads.begin(), out.failed_loads.end(),
             [](const JobResult& a, const JobResult& b) { return a.job_id < b.job_id; });

@@ -53,7 +53,7 @@ struct BlockDataPlan {
 // What a torn-down session owes the engines.
 struct ClientCloseResult {
   std::vector<JobResult> failed_loads;          // every load still without a result
-  std::vector<std::string> failed_request_ids;  // loads in flight plus unresolved probes
+  std::vector<std::string> failed_request_ids;  // loads in flight, unresolved probes, unloaded hits
 };
 
 class ClientRole {

@@ -76,17 +76,19 @@ TEST_CASE("client close fails every load without a result, each exactly once", "
   CHECK_FALSE(f.role.NextDeadline());
 }
 
-TEST_CASE("client close reports requests with a load in flight or an unresolved probe", "[client]") {
+TEST_CASE("client close reports requests with a load in flight, an unresolved probe or unloaded hits", "[client]") {
   ClientFixture f;
   f.PdLoad(1, "loading", {0});
   f.Probe("asked", {TestKey(1)});  // sent, unanswered
   const auto round = f.Probe("answered", {TestKey(1)});
-  f.Answer("answered", round, {TestKey(1)}, {false});  // resolved: nothing owed
+  f.Answer("answered", round, {TestKey(1)}, {false});  // resolved as a miss: nothing owed
+  const auto hit_round = f.Probe("hit", {TestKey(1), TestKey(2)});
+  f.Answer("hit", hit_round, {TestKey(1), TestKey(2)}, {false, true});  // its pinned hit dies with the session
   f.role.RegisterLookup("registered", TestKey(1));     // not even sent
   f.PdLoad(2, "aborted", {1});
   f.role.Finish("aborted");  // already failed
   const ClientCloseResult closed = f.role.Close("bye");
-  CHECK(closed.failed_request_ids == std::vector<std::string>{"asked", "loading", "registered"});
+  CHECK(closed.failed_request_ids == std::vector<std::string>{"asked", "hit", "loading", "registered"});
 }
 
 TEST_CASE("client after close: nothing is sent and nothing is accepted", "[client]") {

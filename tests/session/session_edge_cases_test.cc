@@ -231,12 +231,18 @@ TEST_CASE("E60 terminal empty fetch while an earlier round is still sending", "[
   CHECK(a.ready());
 }
 
-TEST_CASE("E61 close results: in-flight loads, unresolved probes, every store", "[session]") {
+// E61, plus requests holding hits they never loaded: those pins die with
+// the session (docs/architecture.md, "Choices beyond the reference").
+TEST_CASE("E61 close results: in-flight loads, unresolved probes, unloaded hits, every store", "[session]") {
   SessionPair p;
   PublishFilled(p.b, "k1", 1, 1);
   p.ConnectAndPump();
   auto& a = *p.a.session;
-  Probe(p, "resolved", {"k1"});                    // resolved probe: not reported
+  Probe(p, "resolved", {"k1"});                    // a resolved hit, never loaded: reported
+  a.RegisterLookup("missed", "k7");                // resolved as a miss: not reported
+  a.FlushPendingLookups();
+  p.pipe.Pump();
+  REQUIRE(a.RegisterLookup("missed", "k7") == ProbeAnswer::kMiss);
   a.RegisterLookup("unresolved", "k2");            // registered, flushed, never answered
   a.FlushPendingLookups();
   REQUIRE(a.RequestBlocks(1, "load-1", {"x"}, {0}, p.a.region->Sink()).ok());
@@ -253,7 +259,7 @@ TEST_CASE("E61 close results: in-flight loads, unresolved probes, every store", 
   std::sort(r.failed_request_ids.begin(), r.failed_request_ids.end());
   CHECK(loads == std::vector<JobId>{1, 2});
   CHECK(stores == std::vector<JobId>{50, 51});
-  CHECK(r.failed_request_ids == std::vector<std::string>{"load-1", "load-2", "unresolved"});
+  CHECK(r.failed_request_ids == std::vector<std::string>{"load-1", "load-2", "resolved", "unresolved"});
   for (const auto& s : r.stores) CHECK_FALSE(s.success);
   CHECK(p.a.region->total_live_pins() == 0);
   a.Close("again");
