@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
@@ -180,10 +181,14 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
       reading_into_slot_ = payload;
-      size_t n = co_await stream_.async_read_some(asio::buffer(target.data(), target.size()),
-                                                  asio::redirect_error(asio::use_awaitable, ec));
+      // The slot lets DivertAbandonedFrame take a pending read back from a
+      // slot whose load has ended.
+      size_t n = co_await stream_.async_read_some(
+          asio::buffer(target.data(), target.size()),
+          asio::bind_cancellation_slot(read_cancel_.slot(), asio::redirect_error(asio::use_awaitable, ec)));
       reading_into_slot_ = false;
       if (closed_) break;
+      if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
         bytes_received_ += n;
         decoder_.Commit(n);
@@ -406,6 +411,7 @@ void PeerConnection::AfterExternalOp() { AfterSessionActivity(); }
 
 void PeerConnection::AfterSessionActivity() {
   if (!ever_ready_ && session_->ready()) ever_ready_ = true;
+  DivertAbandonedFrame();
   if (!closed_ && session_->state() == session::PeerSession::State::kClosed) {
     // The session ended itself (violation, timeout, peer's disconnect) or
     // its owner ended it: nothing more is read into a slot from here on,
@@ -431,6 +437,25 @@ void PeerConnection::AfterSessionActivity() {
     close_reported_ = true;
     listener_.OnConnectionClosed(*this);
   }
+}
+
+// A load ended (timeout, finish) while its frame's payload was arriving:
+// the rest of that payload is read and dropped, so the load's result can be
+// reported now rather than when a stalled link finally delivers the frame.
+// Over TLS a pending read cannot be taken back without breaking the
+// stream, so there the result waits for the frame (or the session's end).
+void PeerConnection::DivertAbandonedFrame() {
+  if (closed_ || stream_.tls() || !session_->OpenFrameAbandoned()) return;
+  if (decoder_.state() != protocol::FrameDecoder::State::kReadingPayload) return;
+  if (reading_into_slot_) {
+    // Single-threaded: the read is queued in the reactor, not running, so
+    // cancelling it means no byte of it reaches the slot from now on. A read
+    // that already completed landed before the result is reported.
+    read_diverted_ = true;
+    read_cancel_.emit(asio::cancellation_type::total);
+  }
+  decoder_.DiscardRestOfPayload();
+  session_->AbandonOpenFrame();
 }
 
 // A graceful close, so the peer reads our disconnect and its reason: the

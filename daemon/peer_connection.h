@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -154,6 +155,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Backpressure: waits while the write queue is over max_queued_bytes_.
   boost::asio::awaitable<void> WaitForQueueToDrain();
   void AfterSessionActivity();
+  void DivertAbandonedFrame();
   void CloseSocketAndSession(const std::string& reason);
   void TrySendDisconnectNow();
   // Keeps the socket of a closed connection open (at most kMaxLinger) until
@@ -194,6 +196,8 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool tick_started_ = false;
   bool write_in_progress_ = false;
   bool reading_into_slot_ = false;  // the pending read targets a block slot
+  boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
+  bool read_diverted_ = false;                    // ... and did
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;

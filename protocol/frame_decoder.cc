@@ -81,7 +81,9 @@ std::span<uint8_t> FrameDecoder::WritableSpan() {
 
 void FrameDecoder::Commit(size_t n) {
   if (n == 0) return;
-  if (n > WritableSpan().size()) {
+  const bool late_read = state_ == State::kReadingPayload && targets_.empty() &&
+                         n <= prefix_.payload_len - payload_received_;  // see DiscardRestOfPayload
+  if (n > WritableSpan().size() && !late_read) {
     return Fail(Status::Internal("FrameDecoder::Commit: " + std::to_string(n) +
                                  " bytes is more than WritableSpan() offered"));
   }
@@ -141,6 +143,16 @@ void FrameDecoder::DiscardPayload() {
   if (discard_scratch_.empty()) discard_scratch_.resize(kDiscardChunk);
   targets_.clear();
   state_ = State::kReadingPayload;
+}
+
+void FrameDecoder::DiscardRestOfPayload() {
+  if (state_ != State::kReadingPayload) {
+    return Fail(Status::Internal("FrameDecoder::DiscardRestOfPayload called outside kReadingPayload"));
+  }
+  if (discard_scratch_.empty()) discard_scratch_.resize(kDiscardChunk);
+  targets_.clear();
+  target_index_ = 0;
+  target_offset_ = 0;
 }
 
 void FrameDecoder::BufferPayload() {

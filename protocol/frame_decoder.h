@@ -60,6 +60,11 @@ class FrameDecoder {
   void ReceivePayloadInto(std::vector<std::span<uint8_t>> targets);
   // REQUIRES: state() == kHeaderReady. The payload is read and dropped.
   void DiscardPayload();
+  // REQUIRES: state() == kReadingPayload. What is left of the payload is
+  // read and dropped: its targets are never written again. The next
+  // Commit may still count up to the rest of the payload, for a read that
+  // was already under way into the old target.
+  void DiscardRestOfPayload();
   // REQUIRES: state() == kHeaderReady. The payload is kept; see payload().
   void BufferPayload();
   // The buffered payload (BufferPayload), valid in kFrameReady.

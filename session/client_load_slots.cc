@@ -43,4 +43,9 @@ void LoadSlots::EndFrame() {
   in_frame_.clear();
 }
 
+void LoadSlots::DropFrame() {
+  for (uint32_t pos : in_frame_) state_[pos] = SlotState::kWaiting;
+  in_frame_.clear();
+}
+
 }  // namespace kvpeer::session

@@ -41,6 +41,8 @@ class LoadSlots {
   Status BeginFrame(const std::vector<protocol::BlockIndex>& frame, BlockDataPlan* plan, std::string_view context);
   // The payload of the open frame has landed: its slots count as received.
   void EndFrame();
+  // The payload of the open frame will not land: its slots wait again.
+  void DropFrame();
   // A header was accepted and its payload has not landed yet: the peer's
   // bytes may be going into the slots right now.
   bool frame_open() const { return !in_frame_.empty(); }

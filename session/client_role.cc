@@ -75,6 +75,9 @@ struct ClientRole::Impl {
   // Jobs still owed a result; rejects a job id submitted twice.
   std::unordered_set<JobId> jobs_owing;
   std::vector<JobResult> results;
+  // The round whose block_data payload is being received, if any (one
+  // frame is open at a time per connection).
+  std::optional<RoundSeq> open_frame_round;
   bool closed = false;
 
   RequestState& Request(const std::string& kv) { return requests[kv]; }
@@ -123,6 +126,7 @@ struct ClientRole::Impl {
   void EndLoadLocally(RoundSeq round, Load& load, std::string reason, TimePoint now);
   void FireDeadline(RoundSeq round, TimePoint now);
   void Retire(RoundSeq round);
+  void AfterFrame(RoundSeq round, Load& load);
   bool OwesEngine(const RequestState& st) const;
 };
 
@@ -215,6 +219,7 @@ void ClientRole::Impl::FireDeadline(RoundSeq round, TimePoint now) {
 // Forgets a round for good: later frames of it are unknown.
 void ClientRole::Impl::Retire(RoundSeq round) {
   auto it = loads.find(round);
+  if (open_frame_round == round) open_frame_round.reset();
   Unschedule(round, it->second);
   const std::string kv = std::move(it->second.kv_request_id);
   loads.erase(it);
@@ -392,19 +397,42 @@ Status ClientRole::OnBlockDataHeader(const protocol::BlockData& message, BlockDa
     return Status::Ok();
   }
   if (message.block_indexes.empty()) return Status::Violation(context + "no block index");
-  return load->slots.BeginFrame(message.block_indexes, plan, context);
+  Status status = load->slots.BeginFrame(message.block_indexes, plan, context);
+  if (status.ok()) impl_->open_frame_round = message.round_seq;
+  return status;
 }
 
 void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
   Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
-  if (load == nullptr || !load->slots.frame_open()) return;  // a discarded frame
+  if (load == nullptr || !load->slots.frame_open()) return;  // a discarded or abandoned frame
+  impl_->open_frame_round.reset();
   load->slots.EndFrame();
-  if (load->deferred_failure) {
-    std::string reason = std::move(*load->deferred_failure);
-    load->deferred_failure.reset();
-    impl_->Emit(*load, false, std::move(reason));
+  impl_->AfterFrame(message.round_seq, *load);
+}
+
+bool ClientRole::OpenFrameAbandoned() const {
+  if (!impl_->open_frame_round) return false;
+  const Load& load = impl_->loads.at(*impl_->open_frame_round);
+  return load.deferred_failure.has_value() || load.retire_after_frame;
+}
+
+void ClientRole::AbandonOpenFrame() {
+  if (!OpenFrameAbandoned()) return;
+  const RoundSeq round = *std::exchange(impl_->open_frame_round, std::nullopt);
+  Load& load = impl_->loads.at(round);
+  load.slots.DropFrame();
+  impl_->AfterFrame(round, load);
+}
+
+// The open frame of `load` is over (landed or abandoned): what waited for it
+// happens now.
+void ClientRole::Impl::AfterFrame(RoundSeq round, Load& load) {
+  if (load.deferred_failure) {
+    std::string reason = std::move(*load.deferred_failure);
+    load.deferred_failure.reset();
+    Emit(load, false, std::move(reason));
   }
-  if (load->retire_after_frame) impl_->Retire(message.round_seq);
+  if (load.retire_after_frame) Retire(round);
 }
 
 void ClientRole::OnTick() {
@@ -442,6 +470,7 @@ ClientCloseResult ClientRole::Close(const std::string& reason) {
   impl_->requests.clear();
   impl_->flush_pending.clear();
   impl_->loads.clear();
+  impl_->open_frame_round.reset();
   impl_->deadlines.clear();
   impl_->jobs_owing.clear();
   return out;

@@ -98,6 +98,16 @@ class ClientRole {
   // The payload announced by the last accepted OnBlockDataHeader has landed.
   void OnBlockDataComplete(const protocol::BlockData& message);
 
+  // The load of the open frame (header accepted, payload not landed) has
+  // ended (timeout or finish): its result waits for the payload to land,
+  // because until then the peer's bytes may be going into its slots.
+  bool OpenFrameAbandoned() const;
+  // The I/O layer has stopped the open frame's payload from reaching the
+  // slots (the rest of it is read and dropped): the waiting result is
+  // reported now instead of when the payload would have landed.
+  // REQUIRES: OpenFrameAbandoned().
+  void AbandonOpenFrame();
+
   // Fires load and abort-ack timeouts.
   void OnTick();
   // The earliest time OnTick has something to do, if any.

@@ -366,6 +366,14 @@ void PeerSession::OnBlockDataComplete(const protocol::BlockData& message) {
   impl_->client->OnBlockDataComplete(message);
 }
 
+bool PeerSession::OpenFrameAbandoned() const {
+  return impl_->state != State::kClosed && impl_->client->OpenFrameAbandoned();
+}
+
+void PeerSession::AbandonOpenFrame() {
+  if (impl_->state != State::kClosed) impl_->client->AbandonOpenFrame();
+}
+
 void PeerSession::OnTick() { impl_->OnTick(); }
 std::optional<TimePoint> PeerSession::NextDeadline() const { return impl_->NextDeadline(); }
 

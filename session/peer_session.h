@@ -100,6 +100,9 @@ class PeerSession {
   // Status is a violation (the session has closed).
   Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
   void OnBlockDataComplete(const protocol::BlockData& message);
+  // See ClientRole::OpenFrameAbandoned and AbandonOpenFrame.
+  bool OpenFrameAbandoned() const;
+  void AbandonOpenFrame();
   // Payload bytes of a block_data frame arrived: the peer is not silent even
   // while one large frame takes longer than the liveness timeout.
   void NoteBytesReceived();

@@ -290,9 +290,6 @@ class ProxyFaultTest(FaultBase):
         self.b = self.start_daemon(name, BLOCK_LEN, extra=["--load-timeout-s", str(load_timeout_s)])
         self.consumer = self.engine(self.b, 2 * COUNT, BLOCK_LEN, name=name)
 
-    # Known daemon limitation, tracked in the issue notes: a load whose frame is half-received defers its timeout
-    # failure until the frame completes or liveness (10 s) ends the session.
-    @unittest.expectedFailure
     def test_load_timeout_mid_frame(self):
         """Wire spec section 6: on the load timeout abort_fetch is sent and
         the load fails at once. A link that stalls in the middle of a data
@@ -309,6 +306,18 @@ class ProxyFaultTest(FaultBase):
         self.assertFalse(res["success"])
         self.assertLess(elapsed, 2 + 2.5, f"the 2 s load timeout took {elapsed:.1f} s (reason: {res.get('reason')})")
         self.assertIn("timed out", res.get("reason", ""))
+        # The rest of the stalled frame is read and dropped once the link
+        # moves again; the session lives on and serves the next load.
+        self.assertEqual(peer_entry(self.b, self.peer)["state"], "ready")
+        self.consumer.client.finish("mid-frame")
+        self.assertEqual(self.consumer.probe(self.peer, "after-stall", self.keys[32:40]), ["hit"] * 8)
+        job = self.consumer.load(self.peer, "after-stall", self.keys[32:40], range(32, 40))
+        res = self.consumer.wait_jobs([job], timeout=LOAD_TIMEOUT_S)[job]
+        self.assertTrue(res["success"], dump(res))
+        self.assertEqual(self.consumer.verify(self.keys[32:40], range(32, 40)), [])
+        self.consumer.client.finish("after-stall")
+        self.assertEqual(peer_entry(self.b, self.peer)["state"], "ready")
+        self.assert_no_pins(self.a, self.producer, self.keys, range(COUNT))
 
     def test_slow_link_is_not_silent(self):
         """Wire spec section 4.5: a connection is dead after 10 s with

@@ -272,6 +272,40 @@ TEST_CASE("FrameDecoder: ReceivePayloadInto scatters over uneven spans, empty on
   CHECK(joined == payload);
 }
 
+TEST_CASE("FrameDecoder: DiscardRestOfPayload leaves the targets alone from then on", "[frame_decoder]") {
+  const size_t len = 200 * 1024;  // more than the discard buffer
+  const std::string payload = Pattern(len, 3);
+  const std::string stream = EncodeFrame(BlockData{"r", 1, {0}}, len) + payload + EncodeFrame(Ping{kNonce});
+  FrameDecoder decoder(DecodeContext{len});
+  const size_t head = decoder.Feed(AsSpan(stream));
+  REQUIRE(decoder.state() == State::kHeaderReady);
+  std::vector<uint8_t> slot(len, kUntouched);
+  decoder.ReceivePayloadInto({slot});
+  size_t at = head + decoder.Feed(AsSpan(stream).subspan(head, 1000));
+  // A read was under way into the slot when the rest was diverted: its
+  // bytes (more than one discard chunk) still count.
+  const std::span<uint8_t> in_flight = decoder.WritableSpan().first(100 * 1024);
+  std::memcpy(in_flight.data(), stream.data() + at, in_flight.size());
+  decoder.DiscardRestOfPayload();
+  CHECK(decoder.state() == State::kReadingPayload);
+  decoder.Commit(in_flight.size());
+  at += in_flight.size();
+  CHECK(decoder.state() == State::kReadingPayload);
+  at += decoder.Feed(AsSpan(stream).subspan(at));
+  REQUIRE(decoder.state() == State::kFrameReady);
+  const size_t written = 1000 + in_flight.size();
+  CHECK(std::memcmp(slot.data(), payload.data(), written) == 0);
+  CHECK(std::all_of(slot.begin() + written, slot.end(), [](uint8_t b) { return b == kUntouched; }));
+  decoder.NextFrame();
+  decoder.Feed(AsSpan(stream).subspan(at));
+  REQUIRE(decoder.state() == State::kFrameReady);
+  CHECK(decoder.message() == Message{Ping{kNonce}});
+
+  FrameDecoder idle;
+  idle.DiscardRestOfPayload();  // not reading a payload
+  CHECK(idle.state() == State::kFailed);
+}
+
 TEST_CASE("FrameDecoder: ReceivePayloadInto with targets not matching payload_len fails", "[frame_decoder]") {
   const std::string stream = EncodeFrame(BlockData{"r", 1, {0, 1}}, 2 * kBlockLen);
   std::vector<uint8_t> memory(4 * kBlockLen);

@@ -328,6 +328,40 @@ TEST_CASE("spec6 a load ended while its payload lands reports only once the payl
   CHECK(f.SlotUntouched(1));
 }
 
+TEST_CASE("an abandoned open frame reports the ended load at once; its late payload counts for nothing", "[client]") {
+  ClientFixture f;
+  const auto round = f.PdLoad(1, "r1", {0, 1}).round_seq;
+  REQUIRE(f.Header("r1", round, {0}).ok());
+  CHECK_FALSE(f.role.OpenFrameAbandoned());  // the load is alive: its frame is just slow
+  f.role.AbandonOpenFrame();                  // not abandoned: nothing happens
+  CHECK(f.role.TakeResults().empty());
+  SECTION("by the load timeout") {
+    f.clock.Advance(30s);
+    f.role.OnTick();
+    REQUIRE(f.role.OpenFrameAbandoned());
+    f.role.AbandonOpenFrame();  // the I/O layer diverted the rest of the payload
+    CHECK_FALSE(f.role.OpenFrameAbandoned());
+    CHECK(SingleResult(f.role).reason == "load timed out after 30 s");
+    // The diverted frame's completion is a no-op; abort_ack retires the round.
+    f.role.OnBlockDataComplete(protocol::BlockData{"r1", round, {0}});
+    CHECK(f.role.TakeResults().empty());
+    REQUIRE(f.role.OnAbortAck(protocol::AbortAck{"r1", round}).ok());
+  }
+  SECTION("by finish, then the abort-ack timeout") {
+    f.role.Finish("r1");
+    f.clock.Advance(10s);
+    f.role.OnTick();
+    REQUIRE(f.role.OpenFrameAbandoned());
+    f.role.AbandonOpenFrame();
+    CHECK(SingleResult(f.role).reason == "request finished");
+  }
+  CHECK_FALSE(f.role.HasActiveLoads());
+  CHECK(f.role.TrackedRequests() == 0);
+  CHECK(f.role.LoadsInFlight() == 0);
+  CHECK(f.log.Count<AbortFetch>() == 1);
+  CHECK(f.SlotUntouched(1));
+}
+
 TEST_CASE("spec6 timeouts are configurable and NextDeadline tracks them", "[client]") {
   ClientFixture f(ClientConfig{.load_timeout = 1500ms, .abort_ack_timeout = 200ms});
   CHECK_FALSE(f.role.NextDeadline());
