@@ -73,6 +73,7 @@ class SlotPin : public session::PinnedBlock {
   }
 
   std::span<const uint8_t> bytes() const override { return engine_->region->Block(slot_); }
+  bool Readable() const override { return engine_->region->StillBacked(); }
 
  private:
   std::shared_ptr<NodeBlockIndex::Engine> engine_;
@@ -89,6 +90,7 @@ class RegionSink : public session::SlotSink {
     if (index >= region_->num_blocks()) return {};
     return region_->Block(index);
   }
+  bool Writable() const override { return region_->StillBacked(); }
 
  private:
   std::shared_ptr<ShmRegion> region_;

@@ -195,9 +195,13 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
         // A slow but moving data frame is not silence; a dribbled header is.
         if (payload) session_->NoteBytesReceived();
       }
-      if (ec == boost::system::errc::bad_address) {
-        CloseSocketAndSession("a destination slot is no longer mapped (engine region truncated?)");
-        co_return;
+      if (ec == boost::system::errc::bad_address && payload && !stream_.tls()) {
+        // The kernel refused to copy into the slot and left the bytes in
+        // the socket: only this load fails; the rest of its frame is dropped.
+        session_->FailOpenFrame("a destination slot is no longer mapped (engine region truncated?)");
+        decoder_.DiscardRestOfPayload();
+        AfterSessionActivity();
+        continue;
       }
       if (ec) {
         CloseSocketAndSession(ec == asio::error::eof ? "peer closed the connection"

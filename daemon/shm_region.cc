@@ -88,12 +88,33 @@ ApiStatus ShmRegion::Map(int fd, const std::string& what, const RegionShape& sha
   if (mapping == MAP_FAILED) {
     return Fail(ErrorCode::kBadRequest, what + " cannot be mapped read-write shared: " + Errno(errno));
   }
+  UniqueFd kept(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!kept.valid()) {
+    const int err = errno;
+    ::munmap(mapping, static_cast<size_t>(mapping_len));
+    return Fail(ErrorCode::kBadRequest, what + ": cannot keep a descriptor: " + Errno(err));
+  }
   uint8_t* base = static_cast<uint8_t*>(mapping) + lead;
-  out->reset(new ShmRegion(mapping, static_cast<size_t>(mapping_len), base, shape));
+  out->reset(new ShmRegion(mapping, static_cast<size_t>(mapping_len), base, shape, std::move(kept)));
   return std::nullopt;
 }
 
 ShmRegion::~ShmRegion() { ::munmap(mapping_, mapping_len_); }
+
+bool ShmRegion::StillBacked() const {
+  // Often enough that a truncation is seen before the next frame; rarely
+  // enough that a busy transfer pays one fstat per millisecond at most.
+  constexpr auto kRecheckInterval = std::chrono::milliseconds(1);
+  if (truncated_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - checked_at_ < kRecheckInterval) return true;
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) return true;  // cannot tell; the kernel's EFAULT still guards
+  const uint64_t size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  truncated_ = size < shape_.offset + bytes();
+  checked_at_ = now;
+  return !truncated_;
+}
 
 std::span<uint8_t> ShmRegion::Block(uint32_t index) const {
   return {base_ + uint64_t{index} * shape_.block_len, static_cast<size_t>(shape_.block_len)};

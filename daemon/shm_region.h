@@ -12,6 +12,7 @@
 // with the engine process and are not synchronised by this class.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "daemon/api_error.h"
+#include "daemon/unique_fd.h"
 
 namespace kvpeer::daemon {
 
@@ -53,9 +55,16 @@ class ShmRegion {
   // REQUIRES: index < num_blocks().
   std::span<uint8_t> Block(uint32_t index) const;
 
+  // False once the file no longer covers the mapped blocks (the engine
+  // truncated it): touching them would raise SIGBUS, and a system call
+  // given them fails with EFAULT. Checked with fstat at most once per
+  // kRecheckInterval while the file looks whole; a truncated region is
+  // never trusted again.
+  bool StillBacked() const;
+
  private:
-  ShmRegion(void* mapping, size_t mapping_len, uint8_t* base, RegionShape shape)
-      : mapping_(mapping), mapping_len_(mapping_len), base_(base), shape_(shape) {}
+  ShmRegion(void* mapping, size_t mapping_len, uint8_t* base, RegionShape shape, UniqueFd fd)
+      : mapping_(mapping), mapping_len_(mapping_len), base_(base), shape_(shape), fd_(std::move(fd)) {}
 
   // `what` names the source in error messages ("file '/dev/shm/x'").
   static ApiStatus Map(int fd, const std::string& what, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
@@ -64,6 +73,9 @@ class ShmRegion {
   size_t mapping_len_;  // as passed to mmap
   uint8_t* base_;       // mapping_ + (offset % page size): block 0
   RegionShape shape_;
+  UniqueFd fd_;  // a duplicate of the mapped file's descriptor, for StillBacked
+  mutable bool truncated_ = false;
+  mutable std::chrono::steady_clock::time_point checked_at_{};
 };
 
 }  // namespace kvpeer::daemon

@@ -50,6 +50,8 @@ class LoadSlots {
   size_t size() const { return state_.size(); }
   size_t received() const { return received_; }
   bool complete() const { return received_ == state_.size(); }
+  // The destination memory is still there (SlotSink::Writable).
+  bool writable() const { return sink_->Writable(); }
 
  private:
   enum class SlotState : uint8_t { kWaiting, kInFrame, kReceived };

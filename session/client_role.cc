@@ -21,6 +21,8 @@ using client_detail::RequestState;
 using protocol::Key;
 using protocol::RoundSeq;
 
+constexpr char kSlotsUnmapped[] = "a destination slot is no longer mapped (engine region truncated?)";
+
 // "30 s" for whole seconds, else milliseconds: reasons are read by people.
 std::string FormatDuration(Duration d) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -397,6 +399,13 @@ Status ClientRole::OnBlockDataHeader(const protocol::BlockData& message, BlockDa
     return Status::Ok();
   }
   if (message.block_indexes.empty()) return Status::Violation(context + "no block index");
+  if (!load->slots.writable()) {
+    // The engine truncated its region: the load fails and this frame is
+    // dropped; the connection and its other loads carry on.
+    impl_->EndLoadLocally(message.round_seq, *load, kSlotsUnmapped, impl_->clock());
+    plan->discard = true;
+    return Status::Ok();
+  }
   Status status = load->slots.BeginFrame(message.block_indexes, plan, context);
   if (status.ok()) impl_->open_frame_round = message.round_seq;
   return status;
@@ -414,6 +423,14 @@ bool ClientRole::OpenFrameAbandoned() const {
   if (!impl_->open_frame_round) return false;
   const Load& load = impl_->loads.at(*impl_->open_frame_round);
   return load.deferred_failure.has_value() || load.retire_after_frame;
+}
+
+void ClientRole::FailOpenFrame(const std::string& reason) {
+  if (!impl_->open_frame_round) return;
+  const RoundSeq round = *impl_->open_frame_round;
+  Load& load = impl_->loads.at(round);
+  if (load.phase == Phase::kInFlight) impl_->EndLoadLocally(round, load, reason, impl_->clock());
+  AbandonOpenFrame();
 }
 
 void ClientRole::AbandonOpenFrame() {

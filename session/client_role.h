@@ -107,6 +107,10 @@ class ClientRole {
   // reported now instead of when the payload would have landed.
   // REQUIRES: OpenFrameAbandoned().
   void AbandonOpenFrame();
+  // The open frame's payload could not be written into its slots (their
+  // memory is gone): its load fails with `reason` (if it had not ended
+  // already) and the frame is abandoned; the I/O layer drops the rest.
+  void FailOpenFrame(const std::string& reason);
 
   // Fires load and abort-ack timeouts.
   void OnTick();

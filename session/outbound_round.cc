@@ -39,4 +39,10 @@ std::vector<QueuedBlock> OutboundRound::TakeBatch(size_t max_blocks) {
   return batch;
 }
 
+bool OutboundRound::NextBatchReadable(size_t max_blocks) const {
+  const size_t count = std::min(queue.size(), std::max<size_t>(max_blocks, 1));
+  return std::all_of(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(count),
+                     [](const QueuedBlock& block) { return block.pin->Readable(); });
+}
+
 }  // namespace kvpeer::session

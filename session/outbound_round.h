@@ -73,6 +73,8 @@ struct OutboundRound {
 
   // Removes and returns up to `max_blocks` (at least 1 when any) queued blocks.
   std::vector<QueuedBlock> TakeBatch(size_t max_blocks);
+  // Whether every block the next TakeBatch(max_blocks) returns can be read.
+  bool NextBatchReadable(size_t max_blocks) const;
 
   // Every demanded block has been handed to a frame.
   bool Complete() const { return has_demand && unmatched.empty() && queue.empty(); }

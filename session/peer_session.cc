@@ -374,6 +374,10 @@ void PeerSession::AbandonOpenFrame() {
   if (impl_->state != State::kClosed) impl_->client->AbandonOpenFrame();
 }
 
+void PeerSession::FailOpenFrame(const std::string& reason) {
+  if (impl_->state != State::kClosed) impl_->client->FailOpenFrame(reason);
+}
+
 void PeerSession::OnTick() { impl_->OnTick(); }
 std::optional<TimePoint> PeerSession::NextDeadline() const { return impl_->NextDeadline(); }
 

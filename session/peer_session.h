@@ -103,6 +103,7 @@ class PeerSession {
   // See ClientRole::OpenFrameAbandoned and AbandonOpenFrame.
   bool OpenFrameAbandoned() const;
   void AbandonOpenFrame();
+  void FailOpenFrame(const std::string& reason);
   // Payload bytes of a block_data frame arrived: the peer is not silent even
   // while one large frame takes longer than the liveness timeout.
   void NoteBytesReceived();

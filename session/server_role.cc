@@ -385,6 +385,14 @@ bool ServerRole::ProduceDataFrame() {
   s.ready.pop_front();
   OutboundRound& round = *s.FindRound(key);  // `ready` lists live rounds only
   round.scheduled = false;
+  if (!round.NextBatchReadable(s.MaxBlocksPerFrame())) {
+    // An engine truncated its region under a pinned block: the round fails
+    // (transfer_done false) instead of the connection, which a fault in the
+    // middle of writing a frame would break.
+    s.EndRound(key, false, RoundName(key) + " failed: a source block is no longer mapped (region truncated)",
+               /*send_done=*/true);
+    return true;
+  }
 
   std::vector<QueuedBlock> batch = round.TakeBatch(s.MaxBlocksPerFrame());
   protocol::BlockData data{key.first, key.second, {}};

@@ -36,6 +36,9 @@ class PinnedBlock {
  public:
   virtual ~PinnedBlock() = default;
   virtual std::span<const uint8_t> bytes() const = 0;
+  // False once the memory behind bytes() is gone (an engine truncated its
+  // region file): reading it would fault, so it must not be sent.
+  virtual bool Readable() const { return true; }
 };
 using PinRef = std::shared_ptr<const PinnedBlock>;
 
@@ -55,6 +58,8 @@ class SlotSink {
  public:
   virtual ~SlotSink() = default;
   virtual std::span<uint8_t> Slot(protocol::BlockIndex index) = 0;
+  // False once the memory behind the slots is gone (see PinnedBlock).
+  virtual bool Writable() const { return true; }
 };
 using SlotSinkRef = std::shared_ptr<SlotSink>;
 

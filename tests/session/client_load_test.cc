@@ -362,6 +362,32 @@ TEST_CASE("an abandoned open frame reports the ended load at once; its late payl
   CHECK(f.SlotUntouched(1));
 }
 
+TEST_CASE("a destination region truncated before or during a frame fails only its load", "[client]") {
+  ClientFixture f;
+  const auto round = f.PdLoad(1, "r1", {0, 1}).round_seq;
+  const auto other = f.PdLoad(2, "r2", {2}).round_seq;
+  SECTION("before the header: the frame is discarded, nothing is written") {
+    f.region->Truncate();
+    protocol::BlockData frame{"r1", round, {0}};
+    BlockDataPlan plan;
+    REQUIRE(f.role.OnBlockDataHeader(frame, &plan).ok());
+    CHECK(plan.discard);
+    CHECK(plan.targets.empty());
+  }
+  SECTION("while its payload lands: the I/O layer reports the fault") {
+    REQUIRE(f.Header("r1", round, {0}).ok());
+    f.role.FailOpenFrame("a destination slot is no longer mapped (engine region truncated?)");
+    CHECK_FALSE(f.role.OpenFrameAbandoned());
+  }
+  const JobResult result = SingleResult(f.role);
+  CHECK(result.job_id == 1);
+  CHECK(result.reason.find("no longer mapped") != std::string::npos);
+  CHECK(f.log.Count<AbortFetch>() == 1);
+  CHECK(f.role.LoadsInFlight() == 1);  // r2 goes on
+  REQUIRE(f.role.OnAbortAck(protocol::AbortAck{"r1", round}).ok());
+  (void)other;
+}
+
 TEST_CASE("spec6 timeouts are configurable and NextDeadline tracks them", "[client]") {
   ClientFixture f(ClientConfig{.load_timeout = 1500ms, .abort_ack_timeout = 200ms});
   CHECK_FALSE(f.role.NextDeadline());

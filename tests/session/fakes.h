@@ -50,12 +50,17 @@ class MemoryRegion : public std::enable_shared_from_this<MemoryRegion> {
 
   PinRef Pin(uint32_t index);
   SlotSinkRef Sink();
+  // As if the engine truncated its region file: pins stop being readable
+  // and sinks writable (the bytes stay, so a test can see none changed).
+  void Truncate() { truncated_ = true; }
+  bool truncated() const { return truncated_; }
 
  private:
   friend class MemoryPin;
   uint64_t block_len_;
   std::vector<uint8_t> bytes_;
   std::vector<int> pins_;
+  bool truncated_ = false;
 };
 
 class MemoryPin : public PinnedBlock {
@@ -65,6 +70,7 @@ class MemoryPin : public PinnedBlock {
   }
   ~MemoryPin() override { --region_->pins_[index_]; }
   std::span<const uint8_t> bytes() const override { return region_->Block(index_); }
+  bool Readable() const override { return !region_->truncated(); }
 
  private:
   std::shared_ptr<MemoryRegion> region_;
@@ -79,6 +85,7 @@ class MemorySink : public SlotSink {
  public:
   explicit MemorySink(std::shared_ptr<MemoryRegion> region) : region_(std::move(region)) {}
   std::span<uint8_t> Slot(protocol::BlockIndex index) override { return region_->Block(index); }
+  bool Writable() const override { return !region_->truncated(); }
 
  private:
   std::shared_ptr<MemoryRegion> region_;

@@ -238,6 +238,26 @@ TEST_CASE("E34 symmetric fetch of a key not pinned in its round fails at once, n
   RequireIdle(h);
 }
 
+TEST_CASE("a source region truncated under its pins fails the round, not the connection", "[server]") {
+  ServerHarness h;
+  h.Publish({1, 2});
+  h.Lookup("a", {1, 2}, 0);
+  REQUIRE(h.Fetch("a", {1, 2}, {0, 1}, 0).ok());
+  h.Store(7, "pd", {3});
+  REQUIRE(h.role->OnFetch(protocol::Fetch{"pd", {Key(3)}, {5}, 1}).ok());
+  h.region->Truncate();
+  h.Drain();
+  REQUIRE(h.log.Count<BlockData>() == 0);  // nothing read from the gone memory
+  REQUIRE(h.All<TransferDone>().size() == 2);
+  for (const TransferDone& done : h.All<TransferDone>()) REQUIRE_FALSE(done.success);
+  const auto results = h.Results();
+  REQUIRE(results.size() == 1);
+  REQUIRE(results[0].job_id == 7);
+  REQUIRE_FALSE(results[0].success);
+  REQUIRE(results[0].reason.find("no longer mapped") != std::string::npos);
+  RequireIdle(h);
+}
+
 TEST_CASE("E35 disaggregated fetch with unmatched demand is parked, not failed", "[server]") {
   ServerHarness h;
   REQUIRE(h.Fetch("a", {1, 2}, {0, 1}, 0).ok());
