@@ -211,9 +211,9 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
   }
   const json::object& request = parsed.get_object();
   const json::value id = request.contains("id") ? request.at("id") : json::value(nullptr);
-  if (id.is_double() && !std::isfinite(id.get_double())) {
-    // Out of double range (e.g. 1e999999): echoing it would print a token
-    // that is not JSON and break the client's framing.
+  if (HasNonFiniteNumber(id)) {
+    // Out of double range (e.g. 1e999999), even deep inside: echoing it
+    // would print a token that is not JSON and break the client's framing.
     co_return Answer(nullptr, Fail(ErrorCode::kBadRequest, "field 'id' is a number out of range; use a smaller one"),
                      {});
   }
@@ -255,7 +255,7 @@ asio::awaitable<ApiStatus> ControlServer::Dispatch(std::shared_ptr<ControlConnec
   }
   if (op == "disconnect") co_return DisconnectOp(request);
   if (op != "connect" && !kEngineOps.contains(op)) {
-    co_return Fail(ErrorCode::kUnknownOp, "op '" + op.substr(0, 64) +
+    co_return Fail(ErrorCode::kUnknownOp, "op '" + Utf8Prefix(op, 64) +
                                               "' is not known; ops: status, metrics, connect, disconnect, hello, "
                                               "register_region, publish, unpublish, lookup, flush, load, store, "
                                               "finish, poll");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <limits>
 
 #include "protocol/codec.h"
@@ -11,15 +12,6 @@ namespace kvpeer::daemon {
 namespace {
 
 namespace json = boost::json;
-
-// At most `max_bytes` of `text`, never cutting a UTF-8 character in half:
-// an error message quoting the request must itself be valid JSON text.
-std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return std::string(text);
-  size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut));
-}
 
 // The rule a value broke, or nullopt when it passed; the reader adds the
 // field's name.
@@ -102,6 +94,28 @@ Broken ParseList(const json::value& value, size_t min_items, std::string_view it
 }
 
 }  // namespace
+
+bool HasNonFiniteNumber(const json::value& value) {
+  switch (value.kind()) {
+    case json::kind::double_:
+      return !std::isfinite(value.get_double());
+    case json::kind::array:
+      return std::any_of(value.get_array().begin(), value.get_array().end(),
+                         [](const json::value& item) { return HasNonFiniteNumber(item); });
+    case json::kind::object:
+      return std::any_of(value.get_object().begin(), value.get_object().end(),
+                         [](const json::key_value_pair& item) { return HasNonFiniteNumber(item.value()); });
+    default:
+      return false;
+  }
+}
+
+std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut));
+}
 
 std::string_view JsonKind(const json::value& value) {
   switch (value.kind()) {

@@ -30,6 +30,15 @@ namespace kvpeer::daemon {
 // "a string", "an integer", "null", ... for messages that say what was found.
 std::string_view JsonKind(const boost::json::value& value);
 
+// Whether `value` holds, at any depth, a number out of double range (e.g.
+// 1e999999 parses as infinity). Serialising one would print a token that
+// is not JSON. The parser's depth limit bounds the recursion.
+bool HasNonFiniteNumber(const boost::json::value& value);
+
+// At most `max_bytes` of `text`, never cutting a UTF-8 character in half:
+// an error message quoting a request must itself be valid JSON text.
+std::string Utf8Prefix(std::string_view text, size_t max_bytes);
+
 class RequestReader {
  public:
   explicit RequestReader(const boost::json::object& request) : request_(request) {}

@@ -777,7 +777,8 @@ class ControlInputTest(BadInputBase):
         JSON (RFC 8259 has no Infinity/NaN), or a strict client loses the
         connection's framing. 1e999999 is a valid JSON number text."""
         c = self.raw()
-        for text in (b"1e999999", b"-1e999999", b"1.5e300", b"18446744073709551616", b'"x"', b"[1,{}]", b"null"):
+        for text in (b"1e999999", b"-1e999999", b"1.5e300", b"18446744073709551616", b'"x"', b"[1,{}]", b"null",
+                     b"[1e999]", b'{"a": [2, {"b": -1e999}]}', b'"\xc3\xa9" '):
             with self.subTest(id=text):
                 c.send_line(b'{"id": ' + text + b', "op": "status"}')
                 raw = self.read_raw_line(c)

@@ -179,6 +179,10 @@ class ControlErrorsTest(DaemonTestCase):
         self.refused("unknown_op", c, c.request, "frobnicate")
         e = self.engine_conn()
         self.refused("unknown_op", e, e.request, "Publish", keys=[], block_ids=[])
+        # A long op of multi-byte characters is quoted cut short, never in
+        # the middle of a character (the reply must stay valid UTF-8 JSON).
+        err = self.refused("unknown_op", c, c.request, "x" + "\u00e9" * 100)
+        self.assertIn("op 'x" + "\u00e9" * 31 + "'", err.message)
 
     def test_incompatible(self):
         c = self.raw()
