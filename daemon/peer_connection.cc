@@ -180,6 +180,7 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       boost::system::error_code ec;
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
+      SetReceiveLowWater(decoder_.payload_remaining());
       reading_into_slot_ = payload;
       // The slot lets DivertAbandonedFrame take a pending read back from a
       // slot whose load has ended.
@@ -212,6 +213,21 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     if (!ProcessDecoderState()) break;
   }
   if (lingering_) co_await DiscardUntilPeerCloses();
+}
+
+// While a payload streams in, the reader wakes only once a good chunk of it
+// has arrived (SO_RCVLOWAT), never for more than the frame still owes, so it
+// cannot wait for bytes that will not come. Fewer wake-ups and larger
+// copies per read, like a blocking recv(MSG_WAITALL). Plain TCP only: over
+// TLS the bytes on the socket are records, not payload.
+void PeerConnection::SetReceiveLowWater(uint64_t payload_remaining) {
+  constexpr uint64_t kMaxLowWater = 128 * 1024;
+  if (stream_.tls()) return;
+  const int wanted = static_cast<int>(std::clamp<uint64_t>(payload_remaining, 1, kMaxLowWater));
+  if (wanted == receive_low_water_) return;
+  boost::system::error_code ignored;
+  socket_.set_option(asio::socket_base::receive_low_watermark(wanted), ignored);
+  receive_low_water_ = wanted;
 }
 
 // Reading only what the writer can answer keeps a peer that sends lookups

@@ -156,6 +156,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   boost::asio::awaitable<void> WaitForQueueToDrain();
   void AfterSessionActivity();
   void DivertAbandonedFrame();
+  void SetReceiveLowWater(uint64_t payload_remaining);
   void CloseSocketAndSession(const std::string& reason);
   void TrySendDisconnectNow();
   // Keeps the socket of a closed connection open (at most kMaxLinger) until
@@ -198,6 +199,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool reading_into_slot_ = false;  // the pending read targets a block slot
   boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
   bool read_diverted_ = false;                    // ... and did
+  int receive_low_water_ = 1;                     // SO_RCVLOWAT now
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;

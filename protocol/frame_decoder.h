@@ -53,6 +53,10 @@ class FrameDecoder {
   // Valid in kHeaderReady, kReadingPayload and kFrameReady.
   const Message& message() const { return message_; }
   uint64_t payload_len() const { return prefix_.payload_len; }
+  // Payload bytes still to come in kReadingPayload (0 in other states).
+  uint64_t payload_remaining() const {
+    return state_ == State::kReadingPayload ? prefix_.payload_len - payload_received_ : 0;
+  }
 
   // REQUIRES: state() == kHeaderReady. The payload is scattered over
   // `targets` in order; their sizes must add up to payload_len(), otherwise
