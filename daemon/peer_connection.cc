@@ -188,6 +188,7 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
           asio::buffer(target.data(), target.size()),
           asio::bind_cancellation_slot(read_cancel_.slot(), asio::redirect_error(asio::use_awaitable, ec)));
       reading_into_slot_ = false;
+      last_read_at_ = std::chrono::steady_clock::now();
       if (closed_) break;
       if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
@@ -228,6 +229,18 @@ void PeerConnection::SetReceiveLowWater(uint64_t payload_remaining) {
   boost::system::error_code ignored;
   socket_.set_option(asio::socket_base::receive_low_watermark(wanted), ignored);
   receive_low_water_ = wanted;
+}
+
+// Bytes below the low-water mark wake no one: on a link slower than the
+// mark per liveness period, or one that stalled, they would sit unread and
+// the peer would look silent. After kLowWaterPatience without a read, any
+// waiting bytes are taken (the mark drops to 1; the next read raises it).
+void PeerConnection::ReadBytesBelowLowWater() {
+  constexpr auto kLowWaterPatience = std::chrono::milliseconds(500);
+  if (receive_low_water_ <= 1 || std::chrono::steady_clock::now() - last_read_at_ < kLowWaterPatience) return;
+  boost::system::error_code ec;
+  if (socket_.available(ec) == 0 || ec) return;
+  SetReceiveLowWater(1);  // the kernel wakes the pending read at once
 }
 
 // Reading only what the writer can answer keeps a peer that sends lookups
@@ -422,6 +435,7 @@ asio::awaitable<void> PeerConnection::TickLoop() {
     boost::system::error_code ec;
     co_await tick_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (closed_) co_return;
+    ReadBytesBelowLowWater();
     session_->OnTick();
     AfterSessionActivity();
   }

@@ -157,6 +157,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   void AfterSessionActivity();
   void DivertAbandonedFrame();
   void SetReceiveLowWater(uint64_t payload_remaining);
+  void ReadBytesBelowLowWater();
   void CloseSocketAndSession(const std::string& reason);
   void TrySendDisconnectNow();
   // Keeps the socket of a closed connection open (at most kMaxLinger) until
@@ -200,6 +201,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
   bool read_diverted_ = false;                    // ... and did
   int receive_low_water_ = 1;                     // SO_RCVLOWAT now
+  std::chrono::steady_clock::time_point last_read_at_{};
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;

@@ -43,7 +43,10 @@ namespace kvpeer::session {
 struct ServerConfig {
   uint64_t block_len = 0;
   // Upper bound of one block_data payload; at least one block is always sent.
-  uint64_t max_frame_payload = 4ull * 1024 * 1024;
+  // 1 MiB rather than the protocol's 64 MiB: a control frame (lookup_resp,
+  // abort_ack) waits behind at most one data frame, and smaller frames
+  // pipeline better between the two daemons (docs/performance.md).
+  uint64_t max_frame_payload = 1ull * 1024 * 1024;
   // A bound store job whose blocks are not all demanded by then fails, so
   // an engine's pins never leak on a consumer that went quiet.
   Duration store_timeout = std::chrono::seconds(60);
