@@ -8,13 +8,11 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/json.hpp>
 
+#include "daemon/peer_histograms.h"
 #include "daemon/random_token.h"
-#include "daemon/rfc3339.h"
 #include "protocol/codec.h"
 #include "protocol/frame.h"
-#include "protocol/type_names.h"
 #include "session/connection_arbiter.h"
 
 namespace kvpeer::daemon {
@@ -26,24 +24,6 @@ namespace {
 
 constexpr auto kInitialBackoff = std::chrono::milliseconds(100);
 constexpr auto kMaxBackoff = std::chrono::seconds(5);
-
-// Histogram buckets. Lookup round trips: 100 us (same rack) to 2.5 s (a
-// stalled peer). Loads: 1 ms to the 30 s default load timeout and beyond.
-// Transfer sizes: 4 KiB to 4 GiB in powers of 4.
-const std::vector<double> kLookupRoundTripBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                     0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
-const std::vector<double> kLoadSecondsBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                 0.5,   1,      2.5,   5,    10,    30,   60};
-const std::vector<double> kLoadBytesBuckets = {4096.0,      16384.0,      65536.0,       262144.0,
-                                               1048576.0,   4194304.0,    16777216.0,    67108864.0,
-                                               268435456.0, 1073741824.0, 4294967296.0};
-
-double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-const char* StateName(int state) {
-  static const char* const kNames[] = {"connecting", "handshaking", "ready", "backoff", "closed"};
-  return kNames[state];
-}
 
 // "host:port" -> host, port; the port is whatever follows the last colon,
 // so "[::1]:5710" and "node-a:5710" both work.
@@ -68,10 +48,10 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       epoch_(RandomEpoch()),
       acceptor_(io),
       supply_timer_(io),
-      lookup_round_trip_(kLookupRoundTripBuckets),
-      load_seconds_succeeded_(kLoadSecondsBuckets),
-      load_seconds_failed_(kLoadSecondsBuckets),
-      load_bytes_(kLoadBytesBuckets) {}
+      lookup_round_trip_(peer_histograms::kLookupRoundTrip),
+      load_seconds_succeeded_(peer_histograms::kLoadSeconds),
+      load_seconds_failed_(peer_histograms::kLoadSeconds),
+      load_bytes_(peer_histograms::kLoadBytes) {}
 
 PeerManager::~PeerManager() = default;
 
@@ -329,83 +309,6 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
   for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
 }
 
-void PeerManager::RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result) {
-  auto start = load_starts_.find(result.job_id);
-  std::optional<LoadStart> started;
-  if (start != load_starts_.end()) {
-    started = start->second;
-    load_starts_.erase(start);
-  }
-  const double seconds = started ? Seconds(std::chrono::steady_clock::now() - started->at) : 0;
-  if (result.success) {
-    if (entry != nullptr) ++entry->loads_succeeded;
-    if (started) {
-      load_seconds_succeeded_.Observe(seconds);
-      load_bytes_.Observe(static_cast<double>(started->bytes));
-    }
-    spdlog::debug("peer {}: load (node job {}) of kv_request_id {} done: {} bytes in {:.3f} ms", peer,
-                  result.job_id, result.kv_request_id, started ? started->bytes : 0, seconds * 1e3);
-    return;
-  }
-  if (entry != nullptr) ++entry->loads_failed[ClassifyLoadFailure(result.reason)];
-  if (started) load_seconds_failed_.Observe(seconds);
-  spdlog::info("peer {}: load (node job {}) of kv_request_id {} failed: {}", peer, result.job_id,
-               result.kv_request_id, result.reason);
-}
-
-void PeerManager::OnLookupAnswered(session::Duration round_trip) { lookup_round_trip_.Observe(Seconds(round_trip)); }
-
-void PeerManager::RecordClose(const PeerConnection& connection) {
-  const std::string& reason = connection.session().close_reason();
-  const std::string& peer_id = connection.session().peer_id();
-  const std::string peer = peer_id.empty() ? "(unidentified)" : peer_id;
-  const std::string address = connection.remote_address();
-  const auto& violation = connection.violation();
-  const size_t handshake_kind = ClassifyHandshakeFailure(reason, violation.has_value());
-  const bool refused = !connection.closed_by_owner() && IsHandshakeRefusal(handshake_kind);
-  if (!connection.ever_ready() || refused) {
-    // Closing a connection on purpose (duplicate, shutdown, operator)
-    // before its handshake completed is no failure of the handshake.
-    if (connection.closed_by_owner()) {
-      spdlog::info("peer {} ({}): closed during the handshake: {}", peer, address, reason);
-      return;
-    }
-    const size_t kind = handshake_kind;
-    ++handshake_failures_[kind];
-    if (violation && kHandshakeFailureLabels[kind] == "protocol_violation") ++violations_[*violation];
-    spdlog::warn("peer {} ({}): handshake failed ({}): {}", peer, address, kHandshakeFailureLabels[kind], reason);
-    return;
-  }
-  const size_t kind = ClassifySessionClose(reason, violation.has_value());
-  ++sessions_closed_[kind];
-  const ConnectionStats& stats = connection.stats();
-  uint64_t frames_sent = 0, frames_received = 0;
-  for (uint64_t n : stats.frames_sent) frames_sent += n;
-  for (uint64_t n : stats.frames_received) frames_received += n;
-  if (violation) {
-    ++violations_[*violation];
-    spdlog::warn("peer {} ({}): protocol violation ({}): {}; disconnected", peer, address, *violation, reason);
-    return;
-  }
-  spdlog::info("peer {} ({}): session closed ({}): {}; sent {} frames / {} bytes, received {} frames / {} bytes",
-               peer, address, kSessionCloseLabels[kind], reason, frames_sent, connection.bytes_sent(),
-               frames_received, connection.bytes_received());
-}
-
-// Wire spec section 5: the side that finds a missing or wrong proof closes
-// with "authentication failed"; the other side learns it from the
-// disconnect. Both are counted (status.counters) and logged by RecordClose.
-void PeerManager::CountAuthFailure(const PeerConnection& connection) {
-  if (counters_ == nullptr) return;
-  // (Without a key of its own a node may have been ready already.)
-  const std::string& reason = connection.session().close_reason();
-  if (reason == "authentication failed") {
-    counters_->Add("auth_failures");  // the peer's proof was missing or wrong
-  } else if (reason == "peer disconnected: authentication failed") {
-    counters_->Add("auth_rejected_by_peer");  // the peer refused our proof
-  }
-}
-
 void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   auto self = connection.shared_from_this();
   unidentified_.erase(self);
@@ -585,129 +488,6 @@ ApiStatus PeerManager::Disconnect(const std::string& peer) {
   auto connection = it->second.connection;  // keeps it alive through Close
   connection->Close("disconnected by operator");
   return std::nullopt;
-}
-
-boost::json::array PeerManager::PeersStatus() const {
-  boost::json::array peers;
-  for (const auto& [peer_id, entry] : peers_) {
-    boost::json::object peer;
-    const PeerConnection* connection = entry.connection.get();
-    peer["peer_id"] = peer_id;
-    peer["state"] = StateName(static_cast<int>(entry.state));
-    peer["since"] = FormatRfc3339(entry.since);
-    auto rtt = connection ? connection->session().rtt() : std::nullopt;
-    if (rtt) {
-      peer["rtt_us"] = std::chrono::duration_cast<std::chrono::microseconds>(*rtt).count();
-    } else {
-      peer["rtt_us"] = nullptr;
-    }
-    peer["bytes_sent"] = entry.bytes_sent_closed + (connection ? connection->bytes_sent() : 0);
-    peer["bytes_received"] = entry.bytes_received_closed + (connection ? connection->bytes_received() : 0);
-    peer["loads_in_flight"] = connection ? connection->session().LoadsInFlight() : 0;
-    peer["rounds_serving"] = connection ? connection->session().RoundsServing() : 0;
-    // Beyond the spec's fields: what the limits watch (max-rounds-per-peer,
-    // max-queued-bytes), for the current connection.
-    peer["rounds_open"] = connection ? connection->session().RoundsOpen() : 0;
-    peer["queued_bytes"] = connection ? connection->queued_bytes() : 0;
-    peer["queued_bytes_peak"] = connection ? connection->queued_bytes_peak() : 0;
-    if (entry.last_error) {
-      peer["last_error"] = *entry.last_error;
-    } else {
-      peer["last_error"] = nullptr;
-    }
-    peers.push_back(std::move(peer));
-  }
-  return peers;
-}
-
-void PeerManager::CollectMetrics(metrics::Registry& registry) const {
-  auto& frames_sent = registry.Counter("kvpeer_peer_frames_sent_total", "Frames written to the peer, by message type.",
-                                       {"peer", "type"});
-  auto& frames_received = registry.Counter("kvpeer_peer_frames_received_total",
-                                           "Frames received from the peer, by message type.", {"peer", "type"});
-  auto& keys_sent = registry.Counter("kvpeer_peer_lookup_keys_sent_total",
-                                     "Keys this node probed on the peer (keys of lookup messages sent).", {"peer"});
-  auto& hits_received = registry.Counter("kvpeer_peer_lookup_hits_received_total",
-                                         "Keys the peer answered hit (in lookup_resp messages received).", {"peer"});
-  auto& keys_served = registry.Counter("kvpeer_peer_lookup_keys_served_total",
-                                       "Keys the peer probed on this node (keys of lookup messages received).",
-                                       {"peer"});
-  auto& hits_served = registry.Counter("kvpeer_peer_lookup_hits_served_total",
-                                       "Keys of the peer's probes this node answered hit.", {"peer"});
-  auto& loads = registry.Counter("kvpeer_peer_loads_total",
-                                 "Loads from the peer by outcome (succeeded, failed, rejected) and reason.",
-                                 {"peer", "outcome", "reason"});
-  auto& dials = registry.Counter("kvpeer_peer_dials_total", "Connection attempts this node made to the peer.", {"peer"});
-  auto& sessions = registry.Counter("kvpeer_peer_sessions_total",
-                                    "Sessions with the peer that completed the handshake.", {"peer"});
-  auto& queue = registry.Gauge("kvpeer_peer_write_queue_frames",
-                               "Frames queued on the peer's connection and not yet written.", {"peer"});
-  auto& queue_bytes = registry.Gauge("kvpeer_peer_write_queue_bytes",
-                                     "Bytes of the frames queued on the peer's connection (max-queued-bytes applies).",
-                                     {"peer"});
-  auto& rtt = registry.Gauge("kvpeer_peer_rtt_seconds", "Last ping round trip to the peer.", {"peer"});
-  const auto type_name = [](size_t index) {
-    return index < protocol::kKnownTypeNames.size() ? protocol::kKnownTypeNames[index] : std::string_view("unknown");
-  };
-  for (const auto& [peer, entry] : peers_) {
-    const PeerConnection* connection = entry.connection.get();
-    ConnectionStats stats = entry.stats_closed;
-    if (connection != nullptr) stats += connection->stats();
-    for (size_t i = 0; i < ConnectionStats::kMessageKinds; ++i) {
-      if (stats.frames_sent[i] > 0) frames_sent.Add({peer, type_name(i)}, stats.frames_sent[i]);
-      if (stats.frames_received[i] > 0) frames_received.Add({peer, type_name(i)}, stats.frames_received[i]);
-    }
-    keys_sent.Add({peer}, stats.lookup_keys_sent);
-    hits_received.Add({peer}, stats.lookup_hits_received);
-    keys_served.Add({peer}, stats.lookup_keys_served);
-    hits_served.Add({peer}, stats.lookup_hits_served);
-    loads.Add({peer, "succeeded", "none"}, entry.loads_succeeded);
-    for (size_t i = 0; i < kLoadFailureLabels.size(); ++i) {
-      if (entry.loads_failed[i] > 0) loads.Add({peer, "failed", kLoadFailureLabels[i]}, entry.loads_failed[i]);
-    }
-    if (entry.loads_rejected > 0) loads.Add({peer, "rejected", "peer_unavailable"}, entry.loads_rejected);
-    dials.Add({peer}, entry.dials);
-    sessions.Add({peer}, entry.sessions_ready);
-    queue.Set({peer}, connection != nullptr ? static_cast<double>(connection->write_queue_depth()) : 0.0);
-    queue_bytes.Set({peer}, connection != nullptr ? static_cast<double>(connection->queued_bytes()) : 0.0);
-    if (auto measured = connection != nullptr ? connection->session().rtt() : std::nullopt) {
-      rtt.Set({peer}, Seconds(*measured));
-    }
-  }
-
-  auto& handshakes = registry.Counter("kvpeer_peer_handshake_failures_total",
-                                      "Peer connections that ended before the handshake completed, by reason.",
-                                      {"reason"});
-  for (size_t i = 0; i < kHandshakeFailureLabels.size(); ++i) {
-    handshakes.Add({kHandshakeFailureLabels[i]}, handshake_failures_[i]);
-  }
-  auto& closed = registry.Counter("kvpeer_peer_sessions_closed_total",
-                                  "Ready peer sessions that ended, by reason.", {"reason"});
-  for (size_t i = 0; i < kSessionCloseLabels.size(); ++i) closed.Add({kSessionCloseLabels[i]}, sessions_closed_[i]);
-  auto& violations = registry.Counter("kvpeer_peer_protocol_violations_total",
-                                      "Protocol violations by peers that this node disconnected for, by reason.",
-                                      {"reason"});
-  for (const auto& [label, count] : violations_) violations.Add({label}, count);
-  auto& refused = registry.Counter("kvpeer_peer_connections_refused_total",
-                                   "Inbound peer connections refused before the handshake, by reason.", {"reason"});
-  refused.Add({"allow_cidr"}, refused_allowlist_);
-  refused.Add({"unavailable"}, refused_unavailable_);
-  registry.Gauge("kvpeer_unbound_store_jobs", "Store jobs waiting for a peer to fetch them (not bound to a session).")
-      .Set({}, static_cast<double>(unbound_supply_.size()));
-
-  registry
-      .Histogram("kvpeer_lookup_round_trip_seconds",
-                 "Time from sending a lookup to a peer to receiving its lookup_resp.", kLookupRoundTripBuckets)
-      .Merge({}, lookup_round_trip_);
-  auto& load_seconds = registry.Histogram("kvpeer_load_duration_seconds",
-                                          "Time from a load's fetch to its result, by outcome.", kLoadSecondsBuckets,
-                                          {"outcome"});
-  load_seconds.Merge({"succeeded"}, load_seconds_succeeded_);
-  load_seconds.Merge({"failed"}, load_seconds_failed_);
-  registry
-      .Histogram("kvpeer_load_transfer_bytes", "Bytes moved by each successful load (blocks times block_len).",
-                 kLoadBytesBuckets)
-      .Merge({}, load_bytes_);
 }
 
 void PeerManager::Shutdown(const std::string& reason) {

@@ -3,7 +3,8 @@
 // PeerConnection per peer (settling duplicates and restarts with
 // ArbitrateConnections), routes engines' work to the right session, binds
 // store supply to the session whose peer fetches it, and hands every result
-// back through the ResultSink.
+// back through the ResultSink. What it reports (close and load logs and
+// counters, status, metrics) lives in peer_manager_reporting.cc.
 //
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
