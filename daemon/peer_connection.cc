@@ -499,6 +499,11 @@ void PeerConnection::DivertAbandonedFrame() {
 // can destroy the disconnect before the peer reads it.
 void PeerConnection::Linger() {
   lingering_ = true;
+  // Only the disconnect is still to be written; the other frames' pins go now.
+  std::erase_if(write_queue_, [](const QueuedFrame& queued) {
+    return !std::holds_alternative<protocol::Disconnect>(queued.frame.message);
+  });
+  queued_bytes_ = 0;
   auto self = shared_from_this();
   tick_timer_.expires_after(kMaxLinger);
   tick_timer_.async_wait([self](boost::system::error_code) { self->EndLinger(); });
