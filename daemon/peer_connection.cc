@@ -518,6 +518,7 @@ void PeerConnection::SendDisconnectAndFin() {
 
 asio::awaitable<void> PeerConnection::DiscardUntilPeerCloses() {
   auto self = shared_from_this();
+  SetReceiveLowWater(1);  // every byte, and the EOF, wakes the drain
   std::vector<char> scratch(16 * 1024);
   while (lingering_) {
     boost::system::error_code ec;
