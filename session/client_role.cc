@@ -229,7 +229,6 @@ void ClientRole::Impl::Retire(RoundSeq round) {
   MaybePrune(kv);
 }
 
-// The engine would wait forever on this request if the session died now.
 // Hits the producer pinned for the open round die with the session (it
 // unpins on close), and a new session would take a load of them for a
 // disaggregated-prefill load that waits out the load timeout. The reference
@@ -242,6 +241,7 @@ bool HoldsConfirmedHits(const RequestState& st) {
 }
 }  // namespace
 
+// The engine would wait forever on this request if the session died now.
 bool ClientRole::Impl::OwesEngine(const RequestState& st) const {
   for (RoundSeq round : st.loads)
     if (loads.at(round).owes_result()) return true;
