@@ -42,6 +42,7 @@
 
 #include "daemon/api_error.h"
 #include "daemon/json_request.h"
+#include "fuzz/chunk_sizes.h"
 #include "protocol/codec.h"
 #include "protocol/limits.h"
 
@@ -338,23 +339,7 @@ void HandleLine(const std::string& line) {
   CheckErrorResponse(reader.status());
 }
 
-// Chunk sizes 1 ..= 2^(seed % 8), fixed or varying.
-class ChunkSizes {
- public:
-  explicit ChunkSizes(uint8_t seed) : max_(size_t{1} << (seed & 7)), vary_(seed & 8), state_(seed | 1u) {}
-  size_t Next() {
-    if (!vary_) return max_;
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 17;
-    state_ ^= state_ << 5;
-    return 1 + state_ % max_;
-  }
-
- private:
-  size_t max_;
-  bool vary_;
-  uint32_t state_;
-};
+using kvpeer::fuzz::ChunkSizes;
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/chunk_sizes.h"
 #include "protocol/codec.h"
 #include "protocol/frame_decoder.h"
 
@@ -36,24 +37,7 @@ void Check(bool property) {
   if (!property) __builtin_trap();
 }
 
-// Chunk sizes 1 ..= 2^(seed % 8), either fixed or varying (xorshift), so
-// one input byte selects byte-at-a-time, small-chunk or bulk feeding.
-class ChunkSizes {
- public:
-  explicit ChunkSizes(uint8_t seed) : max_(size_t{1} << (seed & 7)), vary_(seed & 8), state_(seed | 1u) {}
-  size_t Next() {
-    if (!vary_) return max_;
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 17;
-    state_ ^= state_ << 5;
-    return 1 + state_ % max_;
-  }
-
- private:
-  size_t max_;
-  bool vary_;
-  uint32_t state_;
-};
+using kvpeer::fuzz::ChunkSizes;
 
 enum class Sink { kNone, kBuffer, kDiscard, kScatter };
 

@@ -286,18 +286,8 @@ class WirePeer:
             return True
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = self.sock.recv(1 << 16)
-            except socket.timeout:
-                return False
-            except OSError:
-                self.eof = True
+            if self._peek_closed(max(0.01, deadline - time.monotonic())):
                 return True
-            if not chunk:
-                self.eof = True
-                return True
-            self.buf += chunk
         return False
 
     # -- the handshake -------------------------------------------------------
