@@ -103,5 +103,18 @@ TEST_CASE("a region is mapped from a descriptor and outlives it") {
   CHECK_THAT(status->message, Catch::Contains("descriptor") && Catch::Contains("8 bytes"));
 }
 
+TEST_CASE("a region whose file is truncated after mapping is no longer backed, for good") {
+  UniqueFd fd = MakeMemfd(4 * 16);
+  std::shared_ptr<ShmRegion> region;
+  REQUIRE_FALSE(ShmRegion::MapFd(fd.get(), {2, 16, 16}, &region));
+  CHECK(region->StillBacked());
+  REQUIRE(::ftruncate(fd.get(), 2 * 16) == 0);  // no longer covers offset 16 + 2 blocks
+  usleep(2000);                                  // past the re-check interval
+  CHECK_FALSE(region->StillBacked());
+  REQUIRE(::ftruncate(fd.get(), 4 * 16) == 0);  // grown back: still not trusted
+  usleep(2000);
+  CHECK_FALSE(region->StillBacked());
+}
+
 }  // namespace
 }  // namespace kvpeer::daemon
