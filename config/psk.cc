@@ -39,8 +39,10 @@ Status CheckFile(int fd, const std::string& path) {
   struct stat info;
   if (::fstat(fd, &info) != 0) return PskError(path, std::string("cannot be examined: ") + std::strerror(errno));
   if (!S_ISREG(info.st_mode)) return PskError(path, "is not a regular file");
-  if ((info.st_mode & 044) != 0) {
-    return PskError(path, "is readable by group or others (mode " + OctalMode(info.st_mode) +
+  // Wire spec 1.1 section 5: any permission for group or others refuses
+  // the key, writable as well as readable (a writer could swap the key).
+  if ((info.st_mode & 077) != 0) {
+    return PskError(path, "grants permissions to group or others (mode " + OctalMode(info.st_mode) +
                               "); allowed: owner-only, e.g. chmod 600");
   }
   if (static_cast<uint64_t>(info.st_size) > kMaxPskFileBytes) {

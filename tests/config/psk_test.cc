@@ -35,19 +35,20 @@ TEST_CASE("owner-only key files load") {
   TempDir dir;
   CHECK(LoadOk(dir.Write("k600", kKey32, 0600)) == kKey32);
   CHECK(LoadOk(dir.Write("k400", kKey32, 0400)) == kKey32);
-  // Group or others may write (odd, but not what the rule is about); only reading leaks the key.
-  CHECK(LoadOk(dir.Write("k620", kKey32, 0620)) == kKey32);
+  CHECK(LoadOk(dir.Write("k700", kKey32, 0700)) == kKey32);
 }
 
-TEST_CASE("key files readable by group or others are refused, naming the mode") {
+// Wire spec 1.1 section 5: mode & 0077 must be zero. A key others can
+// write is as bad as one they can read: they could plant their own.
+TEST_CASE("key files granting group or others any permission are refused, naming the mode") {
   TempDir dir;
-  for (mode_t mode : {0640, 0604, 0644, 0660}) {
+  for (mode_t mode : {0640, 0604, 0644, 0660, 0602, 0620, 0601, 0610, 0607, 0670}) {
     std::string path = dir.Write("loose", kKey32, mode);
     std::string message = LoadError(path);
     INFO(message);
     char expected[8];
     std::snprintf(expected, sizeof(expected), "%04o", static_cast<unsigned>(mode));
-    CHECK(Contains(message, "psk-file: '" + path + "' is readable by group or others (mode " + expected + ")"));
+    CHECK(Contains(message, "psk-file: '" + path + "' grants permissions to group or others (mode " + expected + ")"));
     CHECK(Contains(message, "chmod 600"));
   }
 }

@@ -247,7 +247,7 @@ TEST_CASE("the PSK file rules are checked at parse time") {
   TempDir dir;
   std::string loose = dir.Write("loose", kGoodKey, 0640);
   std::string message = MustFail({"--psk-file", loose});
-  CHECK(Contains(message, "kvpeerd: psk-file: '" + loose + "' is readable by group or others (mode 0640)"));
+  CHECK(Contains(message, "kvpeerd: psk-file: '" + loose + "' grants permissions to group or others (mode 0640)"));
   std::string missing = dir.path() + "/missing";
   CHECK(Contains(MustFail({"--psk-file", missing}), "psk-file: '" + missing + "' cannot be opened: No such file"));
 }
