@@ -177,6 +177,10 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       // byte is ever copied in user space, so an engine that shrinks its
       // region under a load makes the kernel fail the read (EFAULT) instead
       // of the daemon faulting (SIGBUS).
+      // Wire spec section 2: before ready a frame may carry at most 64 KiB
+      // of header and no payload; the decoder refuses more from the prefix.
+      if (decoder_.state() == protocol::FrameDecoder::State::kReadingPrefix)
+        decoder_.SetMaxLengths(session_->MaxInboundHeaderLen(), session_->MaxInboundPayloadLen());
       boost::system::error_code ec;
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();

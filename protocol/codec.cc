@@ -55,6 +55,9 @@ void EncodeFields(const Connect& m, json::object& o) {
   o["config_fingerprint"] = m.config_fingerprint;
   o["hash_seed"] = m.hash_seed;
   o["nonce"] = m.nonce;
+  json::array features;
+  for (const std::string& feature : m.features) features.emplace_back(feature);
+  o["features"] = std::move(features);
 }
 
 void EncodeFields(const ConnectAck& m, json::object& o) {
@@ -123,7 +126,7 @@ void EncodeFields(const Unknown&, json::object&) {}  // only its type
 // rules; the rules themselves live in FieldReader.
 
 void DecodeFields(FieldReader& r, Connect* m) {
-  r.ReadString("peer_id", kIdStringRule, &m->peer_id);
+  r.ReadPeerId("peer_id", &m->peer_id);
   // Only type and range here: the session compares the versions, so that a
   // mismatch gets its own disconnect reason naming both values.
   r.ReadInteger("wire_major", kAnyUint64Rule, &m->wire_major);
@@ -133,10 +136,13 @@ void DecodeFields(FieldReader& r, Connect* m) {
   r.ReadString("config_fingerprint", kFreeStringRule, &m->config_fingerprint);
   r.ReadString("hash_seed", kIdStringRule, &m->hash_seed);
   r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce);
+  // Unknown feature names are kept here and ignored by the negotiation
+  // (only names both ends list are on); the shape is checked strictly.
+  r.ReadOptionalStrings("features", kMaxFeatures, kFeatureNameRule, &m->features);
 }
 
 void DecodeFields(FieldReader& r, ConnectAck* m) {
-  r.ReadString("peer_id", kIdStringRule, &m->peer_id);
+  r.ReadPeerId("peer_id", &m->peer_id);
   r.ReadInteger("wire_major", kAnyUint64Rule, &m->wire_major);
   r.ReadInteger("wire_minor", kAnyUint64Rule, &m->wire_minor);
   r.ReadToken("epoch", TokenRule::kNotAllZeros, &m->epoch);

@@ -42,6 +42,14 @@ class FrameDecoder {
   explicit FrameDecoder(DecodeContext context = {});
 
   State state() const { return state_; }
+
+  // Tighter length limits for the frames still to come (wire spec section 2:
+  // 64 KiB of header and no payload before the connection is ready). Checked
+  // on the 16-byte prefix, before a header byte is buffered, so a peer
+  // announcing a 16 MiB header is refused having cost 16 bytes. The caller
+  // sets them before each frame (a frame already past its prefix keeps the
+  // limits it was checked against). Defaults: the protocol's maxima.
+  void SetMaxLengths(uint32_t max_header_len, uint64_t max_payload_len);
   const Status& error() const { return error_; }
 
   // Where the next incoming bytes go. Non-empty in kReadingPrefix,
@@ -89,6 +97,8 @@ class FrameDecoder {
   void OnPayloadComplete();
 
   DecodeContext context_;
+  uint32_t max_header_len_ = kMaxHeaderLen;
+  uint64_t max_payload_len_ = kMaxPayloadLen;
   State state_ = State::kReadingPrefix;
   Status error_;
   uint8_t prefix_bytes_[kPrefixLen] = {};

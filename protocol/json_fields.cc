@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "protocol/codec.h"
+#include "protocol/peer_id.h"
 
 namespace kvpeer::protocol {
 namespace {
@@ -119,6 +120,15 @@ Broken ParseKey(const json::value& value, Key* out) {
   return std::nullopt;
 }
 
+Broken ParsePeerId(const json::value& value, std::string* out) {
+  const json::string* text = value.if_string();
+  if (text == nullptr) return NotA("a string", value);
+  const std::string_view view(text->data(), text->size());
+  if (std::optional<std::string> broken = PeerIdSyntaxError(view)) return broken;
+  out->assign(view);
+  return std::nullopt;
+}
+
 Broken ParseBlockIndex(const json::value& value, BlockIndex* out) {
   uint64_t index = 0;
   if (Broken broken = ParseInteger(value, IntegerRule{0, kMaxBlockIndex}, &index)) return broken;
@@ -172,14 +182,14 @@ void FieldReader::ReadOne(std::string_view name, Parse parse, T* out) {
 }
 
 template <typename T, typename Parse>
-void FieldReader::ReadList(std::string_view name, size_t min_items, Parse parse,
+void FieldReader::ReadList(std::string_view name, size_t min_items, size_t max_items, Parse parse,
                            std::vector<T>* out) {
   const json::value* value = FindRequired(name);
   if (value == nullptr) return;
   const json::array* items = value->if_array();
   if (items == nullptr) return Fail(name, *NotA("an array", *value));
-  if (items->size() < min_items || items->size() > kMaxListItems) {
-    return Fail(name, "must have " + Range(min_items, kMaxListItems) + " elements, has " +
+  if (items->size() < min_items || items->size() > max_items) {
+    return Fail(name, "must have " + Range(min_items, max_items) + " elements, has " +
                           std::to_string(items->size()));
   }
   out->clear();
@@ -211,16 +221,26 @@ void FieldReader::ReadToken(std::string_view name, TokenRule rule, std::string* 
 }
 
 void FieldReader::ReadKeys(std::string_view name, std::vector<Key>* out) {
-  ReadList(name, 0, ParseKey, out);
+  ReadList(name, 0, kMaxListItems, ParseKey, out);
 }
 
 void FieldReader::ReadBlockIndexes(std::string_view name, size_t min_items,
                                    std::vector<BlockIndex>* out) {
-  ReadList(name, min_items, ParseBlockIndex, out);
+  ReadList(name, min_items, kMaxListItems, ParseBlockIndex, out);
 }
 
 void FieldReader::ReadBools(std::string_view name, std::vector<bool>* out) {
-  ReadList(name, 0, ParseBool, out);
+  ReadList(name, 0, kMaxListItems, ParseBool, out);
+}
+
+void FieldReader::ReadPeerId(std::string_view name, std::string* out) { ReadOne(name, ParsePeerId, out); }
+
+void FieldReader::ReadOptionalStrings(std::string_view name, size_t max_items, StringRule rule,
+                                      std::vector<std::string>* out) {
+  out->clear();
+  if (!status_.ok() || !header_.contains(name)) return;
+  ReadList(
+      name, 0, max_items, [rule](const json::value& v, std::string* o) { return ParseString(v, rule, o); }, out);
 }
 
 void FieldReader::ReadOptionalString(std::string_view name, StringRule rule,

@@ -38,6 +38,7 @@ inline constexpr StringRule kIdStringRule{1, kMaxStringChars};  // peer_id, kv_r
 inline constexpr StringRule kFreeStringRule{0, kMaxStringChars};  // config_fingerprint, reason
 // Bounded only by the header length limit (connect_ack.proof).
 inline constexpr StringRule kAnyStringRule{0, std::numeric_limits<size_t>::max()};
+inline constexpr StringRule kFeatureNameRule{1, kMaxFeatureNameChars};  // an element of connect.features
 
 // Inclusive bounds of an integer field.
 struct IntegerRule {
@@ -71,9 +72,15 @@ class FieldReader {
   void ReadKeys(std::string_view name, std::vector<Key>* out);
   void ReadBlockIndexes(std::string_view name, size_t min_items, std::vector<BlockIndex>* out);
   void ReadBools(std::string_view name, std::vector<bool>* out);
+  // A string with the syntax of peer_id.h (HOST:PORT, at most 261 characters).
+  void ReadPeerId(std::string_view name, std::string* out);
 
   // An absent field leaves *out empty; a present one must pass `rule`.
   void ReadOptionalString(std::string_view name, StringRule rule, std::optional<std::string>* out);
+  // An absent field leaves *out empty; a present one must be an array of at
+  // most `max_items` strings, each passing `rule` (connect.features).
+  void ReadOptionalStrings(std::string_view name, size_t max_items, StringRule rule,
+                           std::vector<std::string>* out);
 
   // Fails `name` unless its `size` equals the size of the parallel array
   // `other`.
@@ -91,7 +98,7 @@ class FieldReader {
   template <typename T, typename Parse>
   void ReadOne(std::string_view name, Parse parse, T* out);
   template <typename T, typename Parse>
-  void ReadList(std::string_view name, size_t min_items, Parse parse, std::vector<T>* out);
+  void ReadList(std::string_view name, size_t min_items, size_t max_items, Parse parse, std::vector<T>* out);
 
   const boost::json::object& header_;
   std::string message_type_;

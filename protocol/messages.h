@@ -1,4 +1,4 @@
-// The twelve messages of wire protocol 1.0 as typed structs.
+// The twelve messages of wire protocol 1.1 as typed structs.
 //
 // A struct holds exactly what the wire carries, already validated: keys are
 // raw bytes here (hex exists only on the wire), integers are in range and
@@ -23,21 +23,25 @@ using BlockIndex = uint32_t;  // 0 ..= 2^31 - 1
 using RoundSeq = uint64_t;
 
 struct Connect {
-  std::string peer_id;
+  std::string peer_id;  // HOST:PORT, syntax checked (peer_id.h)
   uint64_t wire_major = 1;
-  uint64_t wire_minor = 0;
+  uint64_t wire_minor = 1;
   std::string epoch;  // 32 lowercase hex digits, never all zeros
   uint64_t block_len = 0;
   std::string config_fingerprint;
   std::string hash_seed;
   std::string nonce;  // 32 lowercase hex digits
+  // Optional on the wire (absent = none): the features the sender supports,
+  // at most 16 names of 1 ..= 64 characters (spec sections 3 and 7). Always
+  // encoded, possibly empty; a 1.0 peer ignores it as an unknown field.
+  std::vector<std::string> features;
   bool operator==(const Connect&) const = default;
 };
 
 struct ConnectAck {
   std::string peer_id;
   uint64_t wire_major = 1;
-  uint64_t wire_minor = 0;
+  uint64_t wire_minor = 1;
   std::string epoch;                 // the sender's own epoch
   std::optional<std::string> proof;  // lowercase hex HMAC-SHA256, when a PSK is configured
   bool operator==(const ConnectAck&) const = default;

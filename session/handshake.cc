@@ -1,5 +1,6 @@
 #include "session/handshake.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "protocol/limits.h"
@@ -42,32 +43,49 @@ protocol::Connect Handshake::MakeConnect(std::string nonce) {
   connect.config_fingerprint = settings_.config_fingerprint;
   connect.hash_seed = settings_.hash_seed;
   connect.nonce = std::move(nonce);
+  connect.features = settings_.features;
   own_connect_ = connect;
   return connect;
 }
 
-Status Handshake::OnConnect(const protocol::Connect& peer, protocol::ConnectAck* reply) {
+Status Handshake::Failed(HandshakeFailure kind, Status status) {
+  failure_ = kind;
+  return status;
+}
+
+Status Handshake::OnConnect(const protocol::Connect& peer, std::optional<protocol::ConnectAck>* reply) {
+  reply->reset();
   // A second connect (before or after ready) would restart a handshake the
   // peer already completed or is completing: only a confused or hostile
   // peer sends one.
-  if (peer_connect_) return Status::Violation("connect after handshake");
-  if (Status s = CheckSettings(peer); !s.ok()) return s;
-  if (Status s = CheckIdentity(peer); !s.ok()) return s;
+  if (peer_connect_) return Failed(HandshakeFailure::kViolation, Status::Violation("connect after handshake"));
+  if (!own_connect_) return Failed(HandshakeFailure::kViolation, Status::Internal("connect before ours was sent"));
+  if (Status s = CheckSettings(peer); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
+  if (Status s = CheckIdentity(peer); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
   peer_connect_ = peer;
-  reply->peer_id = settings_.local_id;
-  reply->wire_major = protocol::kWireMajor;
-  reply->wire_minor = protocol::kWireMinor;
-  reply->epoch = settings_.epoch;
-  reply->proof.reset();
-  if (settings_.psk) reply->proof = PskProof(*settings_.psk, peer.nonce, peer.epoch, settings_.local_id);
+  for (const std::string& feature : settings_.features) {
+    const bool peer_has = std::find(peer.features.begin(), peer.features.end(), feature) != peer.features.end();
+    const bool listed = std::find(features_on_.begin(), features_on_.end(), feature) != features_on_.end();
+    if (peer_has && !listed) features_on_.push_back(feature);
+  }
+  // Section 4 step 4: with a PSK only the dialer proves itself first.
+  if (settings_.psk && !dialer()) return Status::Ok();
+  *reply = MakeAck();
+  own_ack_sent_ = true;  // the caller sends it at once
   return Status::Ok();
 }
 
 // The settings two nodes must share for blocks to mean the same thing.
-// wire_minor may differ: minor versions are compatible by definition.
+// wire_minor may differ (1.0 and 1.1 frames interoperate), except with a
+// PSK: 1.0's proofs can be relayed, so a 1.0 peer cannot authenticate.
 Status Handshake::CheckSettings(const protocol::Connect& peer) const {
   if (peer.wire_major != protocol::kWireMajor)
     return Mismatch("wire_major", std::to_string(protocol::kWireMajor), std::to_string(peer.wire_major));
+  if (settings_.psk && peer.wire_minor < protocol::kMinWireMinorWithPsk)
+    return Status::Violation("wire_minor mismatch: ours " + std::to_string(protocol::kWireMinor) + ", peer " +
+                             std::to_string(peer.wire_minor) + " (with a PSK at least " +
+                             std::to_string(protocol::kMinWireMinorWithPsk) +
+                             " is required: wire 1.0's proofs can be relayed)");
   if (peer.block_len != settings_.block_len)
     return Mismatch("block_len", std::to_string(settings_.block_len), std::to_string(peer.block_len));
   if (peer.config_fingerprint != settings_.config_fingerprint)
@@ -78,39 +96,59 @@ Status Handshake::CheckSettings(const protocol::Connect& peer) const {
 }
 
 Status Handshake::CheckIdentity(const protocol::Connect& peer) const {
-  if (!settings_.expected_peer_id.empty() && peer.peer_id != settings_.expected_peer_id)
+  if (dialer() && peer.peer_id != settings_.expected_peer_id)
     return Status::Violation("peer_id mismatch: dialled " + Quote(settings_.expected_peer_id) + ", peer says " +
                              Quote(peer.peer_id));
   // Our own epoch coming back is a connection to ourselves or a reflected
-  // connect. Refusing it also closes a PSK reflection attack: the only
-  // proof we ever compute that would pass our own check is one over our
-  // own nonce and epoch, which a reflector would need us to answer.
+  // connect.
   if (peer.epoch == settings_.epoch)
     return Status::Violation("connect.epoch equals ours (a connection to ourselves, or a reflected connect)");
   return Status::Ok();
 }
 
-Status Handshake::OnConnectAck(const protocol::ConnectAck& ack) {
-  if (peer_ack_) {
-    if (ack == *peer_ack_) return Status::Ok();
-    return Status::Violation("connect_ack repeated with different content");
-  }
+Status Handshake::OnConnectAck(const protocol::ConnectAck& ack, std::optional<protocol::ConnectAck>* reply) {
+  reply->reset();
+  if (peer_ack_) return Failed(HandshakeFailure::kViolation, Status::Violation("second connect_ack"));
   // A peer acks only after it received our connect, and it sends its own
   // connect first, so on an ordered stream its connect always precedes its ack.
-  if (!peer_connect_) return Status::Violation("connect_ack before connect");
-  if (!own_connect_) return Status::Internal("connect_ack before our connect was sent");
+  if (!peer_connect_) return Failed(HandshakeFailure::kViolation, Status::Violation("connect_ack before connect"));
   // Authentication comes first: nothing else of an unauthenticated peer is
   // looked at (spec section 5).
-  if (Status s = CheckProof(ack); !s.ok()) return s;
-  if (Status s = CheckAckMatchesConnect(ack); !s.ok()) return s;
+  if (Status s = CheckProof(ack); !s.ok()) return Failed(HandshakeFailure::kAuthentication, s);
+  if (Status s = CheckAckMatchesConnect(ack); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
   peer_ack_ = ack;
+  if (!own_ack_sent_) {  // a PSK acceptor, now that the dialer is proven
+    *reply = MakeAck();
+    own_ack_sent_ = true;
+  }
   return Status::Ok();
+}
+
+protocol::ConnectAck Handshake::MakeAck() const {
+  protocol::ConnectAck ack;
+  ack.peer_id = settings_.local_id;
+  ack.wire_major = protocol::kWireMajor;
+  ack.wire_minor = protocol::kWireMinor;
+  ack.epoch = settings_.epoch;
+  if (settings_.psk) ack.proof = ProofBy(/*dialer_proves=*/dialer());
+  return ack;
+}
+
+// The proof that the dialer (or the acceptor) of this connection must send,
+// from the nonces and peer ids as they stand in the two connects.
+std::string Handshake::ProofBy(bool dialer_proves) const {
+  const protocol::Connect& ours = *own_connect_;
+  const protocol::Connect& theirs = *peer_connect_;
+  const bool we_prove = dialer_proves == dialer();
+  const protocol::Connect& prover = we_prove ? ours : theirs;
+  const protocol::Connect& verifier = we_prove ? theirs : ours;
+  return PskProof(*settings_.psk, {dialer_proves ? ProofRole::kDialer : ProofRole::kAcceptor, verifier.nonce,
+                                   prover.nonce, prover.peer_id, verifier.peer_id});
 }
 
 Status Handshake::CheckProof(const protocol::ConnectAck& ack) const {
   if (!settings_.psk) return Status::Ok();  // a proof we did not ask for is ignored
-  const std::string expected =
-      PskProof(*settings_.psk, own_connect_->nonce, own_connect_->epoch, peer_connect_->peer_id);
+  const std::string expected = ProofBy(/*dialer_proves=*/!dialer());
   if (!ack.proof || !ProofsEqual(expected, *ack.proof)) return Status::Violation("authentication failed");
   return Status::Ok();
 }
@@ -125,6 +163,10 @@ Status Handshake::CheckAckMatchesConnect(const protocol::ConnectAck& ack) const 
     return Status::Violation("connect_ack.epoch " + Quote(ack.epoch) + " differs from connect.epoch " +
                              Quote(peer_connect_->epoch));
   return Status::Ok();
+}
+
+bool Handshake::FeatureOn(std::string_view name) const {
+  return std::find(features_on_.begin(), features_on_.end(), name) != features_on_.end();
 }
 
 }  // namespace kvpeer::session

@@ -54,7 +54,7 @@ constexpr bool kIsRoleMessage =
 
 HandshakeSettings ToHandshakeSettings(const SessionConfig& config, const std::string& expected_peer_id) {
   return {config.local_id, config.block_len, config.config_fingerprint, config.hash_seed,
-          config.epoch,    config.psk,       expected_peer_id};
+          config.epoch,    config.psk,       expected_peer_id,          config.features};
 }
 
 }  // namespace
@@ -183,7 +183,10 @@ Status PeerSession::Impl::Dispatch(const protocol::Message& message) {
   return std::visit(
       [this](const auto& m) -> Status {
         using T = std::decay_t<decltype(m)>;
-        if constexpr (kIsRoleMessage<T>) {
+        // Wire spec section 2: before ready only the handshake's own
+        // messages and liveness may arrive; an unknown type is a violation
+        // then (after ready it is ignored, for forward compatibility).
+        if constexpr (kIsRoleMessage<T> || std::is_same_v<T, protocol::Unknown>) {
           if (state != State::kReady)
             return Fail(Status::Violation(std::string(protocol::TypeName(protocol::Message(m))) + " before handshake"));
         }
@@ -193,16 +196,20 @@ Status PeerSession::Impl::Dispatch(const protocol::Message& message) {
 }
 
 Status PeerSession::Impl::Handle(const protocol::Connect& message) {
-  protocol::ConnectAck ack;
+  std::optional<protocol::ConnectAck> ack;
   if (Status s = handshake.OnConnect(message, &ack); !s.ok()) return Fail(s);
   if (expected_peer_id.empty()) peer_id = message.peer_id;
-  // Answered at once, whether or not the peer's ack has arrived (spec 4.2).
-  DirectSend(protocol::Message(std::move(ack)));
+  // Without a PSK (and for a PSK dialer) answered at once, whether or not
+  // the peer's ack has arrived; a PSK acceptor waits for the dialer's proof
+  // (spec section 4, steps 3 and 4).
+  if (ack) DirectSend(protocol::Message(std::move(*ack)));
   return MaybeReady();
 }
 
 Status PeerSession::Impl::Handle(const protocol::ConnectAck& message) {
-  if (Status s = handshake.OnConnectAck(message); !s.ok()) return Fail(s);
+  std::optional<protocol::ConnectAck> ack;
+  if (Status s = handshake.OnConnectAck(message, &ack); !s.ok()) return Fail(s);
+  if (ack) DirectSend(protocol::Message(std::move(*ack)));  // a PSK acceptor, the dialer now proven
   return MaybeReady();
 }
 
@@ -346,6 +353,25 @@ PeerSession::~PeerSession() = default;
 
 void PeerSession::Start() { impl_->Start(); }
 PeerSession::State PeerSession::state() const { return impl_->state; }
+
+uint32_t PeerSession::MaxInboundHeaderLen() const {
+  return ready() ? protocol::kMaxHeaderLen : protocol::kMaxHeaderLenBeforeReady;
+}
+
+uint64_t PeerSession::MaxInboundPayloadLen() const {
+  return ready() ? protocol::kMaxPayloadLen : protocol::kMaxPayloadLenBeforeReady;
+}
+
+bool PeerSession::authentication_failed() const {
+  return impl_->handshake.failure() == HandshakeFailure::kAuthentication;
+}
+
+bool PeerSession::FeatureOn(std::string_view name) const { return ready() && impl_->handshake.FeatureOn(name); }
+
+const std::vector<std::string>& PeerSession::features_on() const {
+  static const std::vector<std::string> kNone;
+  return ready() ? impl_->handshake.features_on() : kNone;
+}
 bool PeerSession::dialled_locally() const { return !impl_->expected_peer_id.empty(); }
 const std::optional<protocol::Connect>& PeerSession::peer_connect() const { return impl_->handshake.peer_connect(); }
 const std::string& PeerSession::peer_id() const { return impl_->peer_id; }
@@ -361,7 +387,9 @@ Status PeerSession::OnBlockDataHeader(const protocol::BlockData& message, BlockD
 
 void PeerSession::OnBlockDataComplete(const protocol::BlockData& message) {
   // After close the load has already failed; its slots are no longer ours to report on.
-  if (impl_->state == State::kClosed) return;
+  // Before ready no block_data header was accepted (OnBlockDataHeader
+  // refuses it), so there is no load to report on.
+  if (impl_->state != State::kReady) return;
   impl_->Received();  // a long payload is traffic too
   impl_->client->OnBlockDataComplete(message);
 }

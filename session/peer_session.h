@@ -13,6 +13,20 @@
 // the session; the daemon then closes the socket. Unknown message types are
 // ignored and counted.
 //
+// READY MEANS AUTHENTICATED (wire spec 1.1 section 4, steps 5 and 6). A
+// session is ready() only once it has sent its connect_ack and accepted the
+// peer's valid connect_ack, which with a PSK carried a valid proof (the
+// acks are ordered: see handshake.h). Callers rely on this contract: until
+// ready(), nothing the connection said may change state outside it. In
+// particular peer_connect() and peer_id() of an accepted connection are
+// only the peer's unverified claim before ready(): use them for nothing
+// but this connection's own logging (no peer entry, no arbitration against
+// another session, no per-peer counting) until ready() is true. Before
+// ready the session also enforces the pre-ready frame rules of section 2:
+// only connect, connect_ack, disconnect, ping and pong, with the lengths
+// MaxInboundHeaderLen() / MaxInboundPayloadLen() that the connection must
+// apply to its frame decoder before each frame.
+//
 // Which of two connections to the same peer survives is decided by
 // ArbitrateConnections (connection_arbiter.h), from facts this class
 // exposes (peer_connect(), ready(), dialled_locally()).
@@ -24,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "protocol/messages.h"
@@ -41,6 +56,8 @@ struct SessionConfig {
   std::string hash_seed;
   std::string epoch;               // 32 lowercase hex digits, this daemon incarnation
   std::optional<std::string> psk;  // pre-shared key bytes, when authentication is on
+  // Features offered in our connect (wire spec section 7); none yet.
+  std::vector<std::string> features;
   Duration handshake_timeout = std::chrono::seconds(10);
   Duration ping_interval = std::chrono::seconds(2);
   Duration liveness_timeout = std::chrono::seconds(10);
@@ -81,7 +98,20 @@ class PeerSession {
   void Start();
 
   State state() const;
+  // Ready == authenticated; see the contract at the top of this file.
   bool ready() const { return state() == State::kReady; }
+  // The inbound frame limits right now (wire spec section 2): 64 KiB of
+  // header and no payload until ready, then the protocol's maxima. Apply to
+  // the FrameDecoder (SetMaxLengths) before each frame's prefix.
+  uint32_t MaxInboundHeaderLen() const;
+  uint64_t MaxInboundPayloadLen() const;
+  // The handshake failed on a missing or wrong proof (this end sent
+  // "authentication failed"); for counting without parsing reasons.
+  bool authentication_failed() const;
+  // The features on for this connection: both connects listed them. Empty
+  // (and FeatureOn false) until ready.
+  bool FeatureOn(std::string_view name) const;
+  const std::vector<std::string>& features_on() const;
   bool dialled_locally() const;
   // The peer's validated connect, once received.
   const std::optional<protocol::Connect>& peer_connect() const;

@@ -14,10 +14,11 @@ namespace kvpeer::session {
 namespace {
 
 // The MACed message. The 0x00 separators make the field boundaries
-// unambiguous: no field (hex digits, a host:port) can contain a 0x00.
-std::string ProofMessage(std::string_view nonce, std::string_view epoch, std::string_view prover_id) {
-  std::string message("kvpeer-v1");
-  for (std::string_view field : {nonce, epoch, prover_id}) {
+// unambiguous: no field (a role name, hex digits, a host:port) contains 0x00.
+std::string ProofMessage(const ProofInput& input) {
+  const std::string_view role = input.prover_role == ProofRole::kDialer ? "dialer" : "acceptor";
+  std::string message("kvpeer-v1.1");
+  for (std::string_view field : {role, input.verifier_nonce, input.prover_nonce, input.prover_id, input.verifier_id}) {
     message.push_back('\0');
     message.append(field);
   }
@@ -26,16 +27,14 @@ std::string ProofMessage(std::string_view nonce, std::string_view epoch, std::st
 
 }  // namespace
 
-std::string PskProof(std::string_view psk, std::string_view nonce, std::string_view epoch,
-                     std::string_view prover_id) {
-  const std::string message = ProofMessage(nonce, epoch, prover_id);
+std::string PskProof(std::string_view psk, const ProofInput& input) {
+  const std::string message = ProofMessage(input);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
   // A PSK file is small (the daemon reads it whole), so its size fits an int.
   const int key_len = psk.size() > INT_MAX ? INT_MAX : static_cast<int>(psk.size());
   if (HMAC(EVP_sha256(), psk.data(), key_len, reinterpret_cast<const unsigned char*>(message.data()),
            message.size(), mac, &mac_len) == nullptr) {
-    // Only an OpenSSL failure gets here; an empty proof never matches a real one.
     return {};
   }
   return protocol::ToHex(std::string_view(reinterpret_cast<const char*>(mac), mac_len));

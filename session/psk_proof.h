@@ -1,5 +1,16 @@
-// The PSK proof of wire-protocol.md section 5: a connect_ack proves that its
-// sender holds the pre-shared key by MACing the connect it answers.
+// The PSK proofs of wire-protocol.md 1.1 section 5. Each end of a
+// connection proves that it holds the pre-shared key by MACing both nonces
+// and both node ids of this connection, tagged with its role:
+//
+//   dialer:   HMAC-SHA256(psk, "kvpeer-v1.1" | "dialer"   | acceptor's nonce |
+//                               dialer's nonce | dialer's peer_id | acceptor's peer_id)
+//   acceptor: HMAC-SHA256(psk, "kvpeer-v1.1" | "acceptor" | dialer's nonce |
+//                               acceptor's nonce | acceptor's peer_id | dialer's peer_id)
+//
+// `|` is one 0x00 byte. Because a proof names the role and both ends'
+// nonces, a proof made for one connection never verifies on another, and
+// one end's proof can never pass for the other end's (1.0's proofs MACed
+// only the answered connect, so a third node could relay them).
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -9,11 +20,20 @@
 
 namespace kvpeer::session {
 
-// Lowercase hex HMAC-SHA256(psk, "kvpeer-v1" 0x00 nonce 0x00 epoch 0x00 prover_id).
-// `nonce` and `epoch` are the 32-digit hex strings of the connect being
-// answered; `prover_id` is the node id of the end that sends the proof.
-std::string PskProof(std::string_view psk, std::string_view nonce, std::string_view epoch,
-                     std::string_view prover_id);
+enum class ProofRole { kDialer, kAcceptor };
+
+// The fields of one proof, named from the prover's side.
+struct ProofInput {
+  ProofRole prover_role = ProofRole::kDialer;
+  std::string_view verifier_nonce;  // the other end's connect.nonce
+  std::string_view prover_nonce;    // the prover's own connect.nonce
+  std::string_view prover_id;       // the prover's connect.peer_id
+  std::string_view verifier_id;     // the other end's connect.peer_id
+};
+
+// Lowercase hex of the HMAC (64 digits); empty only if OpenSSL fails, and an
+// empty proof never verifies.
+std::string PskProof(std::string_view psk, const ProofInput& input);
 
 // Compares two proofs in time independent of where they differ, so a prober
 // cannot learn the expected proof byte by byte.

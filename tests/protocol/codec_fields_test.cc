@@ -29,12 +29,10 @@ const uint64_t kUint64Max = std::numeric_limits<uint64_t>::max();
 const std::string kTwoByteChar = "\xc3\xa9";
 
 // Every (message, field) that carries a string with the common id rule
-// (1 ..= 4096 characters).
+// (1 ..= 4096 characters). peer_id has its own syntax (see below).
 std::vector<std::pair<Message, std::string>> IdStringFields() {
   std::vector<std::pair<Message, std::string>> fields = {
-      {testing::ValidConnect(), "peer_id"},
       {testing::ValidConnect(), "hash_seed"},
-      {testing::ValidConnectAck(), "peer_id"},
   };
   for (const Message& message : testing::AllValidKnownMessages()) {
     if (testing::HeaderObject(message).contains("kv_request_id")) {
@@ -50,7 +48,7 @@ std::string FieldName(const Message& message, std::string_view field) {
 
 // ------------------------------------------------------------ strings
 
-TEST_CASE("peer_id, kv_request_id and hash_seed reject the empty string",
+TEST_CASE("kv_request_id and hash_seed reject the empty string",
           "[codec][fields][strings]") {
   for (const auto& [message, field] : IdStringFields()) {
     INFO(FieldName(message, field));
@@ -59,7 +57,7 @@ TEST_CASE("peer_id, kv_request_id and hash_seed reject the empty string",
   }
 }
 
-TEST_CASE("peer_id, kv_request_id and hash_seed accept 1 and 4096 characters",
+TEST_CASE("kv_request_id and hash_seed accept 1 and 4096 characters",
           "[codec][fields][strings]") {
   for (const auto& [message, field] : IdStringFields()) {
     INFO(FieldName(message, field));
@@ -69,7 +67,7 @@ TEST_CASE("peer_id, kv_request_id and hash_seed accept 1 and 4096 characters",
   }
 }
 
-TEST_CASE("peer_id, kv_request_id and hash_seed reject 4097 characters",
+TEST_CASE("kv_request_id and hash_seed reject 4097 characters",
           "[codec][fields][strings]") {
   for (const auto& [message, field] : IdStringFields()) {
     INFO(FieldName(message, field));
@@ -83,15 +81,86 @@ TEST_CASE("peer_id, kv_request_id and hash_seed reject 4097 characters",
 TEST_CASE("string lengths count characters, not UTF-8 bytes", "[codec][fields][strings]") {
   const Message message = testing::ValidConnect();
   const std::string at_limit = Repeat(kTwoByteChar, 4096);  // 8192 bytes
-  REQUIRE_DECODES(Decode(HeaderWith(message, "peer_id", at_limit.c_str())));
+  REQUIRE_DECODES(Decode(HeaderWith(message, "hash_seed", at_limit.c_str())));
   const std::string past_limit = Repeat(kTwoByteChar, 4097);
-  REQUIRE_FIELD_VIOLATION(Decode(HeaderWith(message, "peer_id", past_limit.c_str())),
-                          "connect.peer_id");
+  REQUIRE_FIELD_VIOLATION(Decode(HeaderWith(message, "hash_seed", past_limit.c_str())),
+                          "connect.hash_seed");
   // An escaped non-BMP character (a surrogate pair) is one character too.
   const std::string prefix = R"({"type":"abort_ack","round_seq":1,"kv_request_id":")";
   REQUIRE_DECODES(Decode(prefix + Repeat(R"(\ud83d\udd11)", 4096) + R"("})"));
   REQUIRE_FIELD_VIOLATION(Decode(prefix + Repeat(R"(\ud83d\udd11)", 4097) + R"("})"),
                           "abort_ack.kv_request_id");
+}
+
+// ------------------------------------------------------------ peer_id (1.1 section 2)
+
+TEST_CASE("peer_id accepts DNS names, IPv4 and bracketed IPv6 hosts with ports 1 ..= 65535",
+          "[codec][fields][peer_id]") {
+  const std::string long_host(255, 'a');  // 255 + ":65535" = 261 characters
+  for (const Message& message : {Message(testing::ValidConnect()), Message(testing::ValidConnectAck())}) {
+    for (const std::string& id : {std::string("node-a:5710"), std::string("a.b-c.example:1"),
+                                  std::string("10.0.0.1:65535"), std::string("[::1]:7000"),
+                                  std::string("[fe80::1:2]:80"), std::string("NODE9:443"), long_host + ":65535"}) {
+      INFO(FieldName(message, "peer_id") << " = " << id);
+      REQUIRE_DECODES(DecodeLike(message, HeaderWith(message, "peer_id", id.c_str())));
+    }
+  }
+}
+
+TEST_CASE("peer_id rejects every other shape, naming the field", "[codec][fields][peer_id]") {
+  const std::string long_host(256, 'a');  // 262 characters with ":65535"
+  for (const Message& message : {Message(testing::ValidConnect()), Message(testing::ValidConnectAck())}) {
+    for (const std::string& id :
+         {std::string(""), std::string("node-a"), std::string("node-a:"), std::string(":5710"),
+          std::string("node-a:0"), std::string("node-a:05710"), std::string("node-a:65536"),
+          std::string("node-a:+1"), std::string("node-a:57 10"), std::string("node_a:5710"),
+          std::string("node a:5710"), std::string("n\u00e9:5710"), std::string("n\u0000:1"),
+          std::string("::1:7000"), std::string("[::1:7000"), std::string("[node-a]:7000"),
+          std::string("[]:7000"), std::string("[::1]7000"), long_host + ":65535"}) {
+      INFO(FieldName(message, "peer_id") << " = " << id);
+      REQUIRE_FIELD_VIOLATION(DecodeLike(message, HeaderWith(message, "peer_id", id.c_str())),
+                              FieldName(message, "peer_id"));
+    }
+    REQUIRE_FIELD_VIOLATION(DecodeLike(message, HeaderWith(message, "peer_id", 5710)),
+                            FieldName(message, "peer_id"));
+  }
+}
+
+// ------------------------------------------------------------ connect.features (1.1 sections 3, 7)
+
+TEST_CASE("connect.features is optional: absent means none", "[codec][fields][features]") {
+  Message decoded;
+  REQUIRE_DECODES(Decode(testing::HeaderWithout(testing::ValidConnect(), "features"), 0, testing::kBlockLen, &decoded));
+  CHECK(std::get<Connect>(decoded).features.empty());
+}
+
+TEST_CASE("connect.features keeps unknown names and accepts 16 names of 1 ..= 64 characters",
+          "[codec][fields][features]") {
+  Connect connect = testing::ValidConnect();
+  connect.features.clear();
+  for (int i = 0; i < 16; ++i) connect.features.push_back("future-" + std::to_string(i));
+  connect.features.back() = std::string(64, 'f');
+  connect.features.front() = Repeat(kTwoByteChar, 64);  // 64 characters, 128 bytes
+  Message decoded;
+  REQUIRE_DECODES(Decode(EncodeHeader(connect), 0, testing::kBlockLen, &decoded));
+  CHECK(std::get<Connect>(decoded) == connect);
+}
+
+TEST_CASE("connect.features rejects a non-array, 17 names, an empty, long or non-string name",
+          "[codec][fields][features]") {
+  const Message message = testing::ValidConnect();
+  boost::json::array seventeen;
+  for (int i = 0; i < 17; ++i) seventeen.emplace_back("f" + std::to_string(i));
+  for (const boost::json::value& bad :
+       {boost::json::value("xxh3"), boost::json::value(nullptr), boost::json::value(seventeen),
+        boost::json::value(boost::json::array{""}), boost::json::value(boost::json::array{std::string(65, 'f')}),
+        boost::json::value(boost::json::array{"xxh3", 3}), boost::json::value(boost::json::array{boost::json::array{}})}) {
+    INFO(boost::json::serialize(bad));
+    const Status status = Decode(HeaderWith(message, "features", bad));
+    INFO(status.message());
+    REQUIRE(status.code() == Status::Code::kViolation);
+    REQUIRE_THAT(status.message(), Catch::StartsWith("connect.features"));
+  }
 }
 
 TEST_CASE("config_fingerprint accepts 0 and 4096 characters, rejects 4097",

@@ -208,8 +208,8 @@ TEST_CASE("encoded keys are lowercase hex and indexes and hits are arrays", "[co
 TEST_CASE("empty optional fields are omitted when encoding", "[codec][encode]") {
   CHECK(EncodeHeader(Disconnect{}) == R"({"type":"disconnect"})");
   CHECK(EncodeHeader(Disconnect{std::string()}) == R"({"type":"disconnect","reason":""})");
-  CHECK(EncodeHeader(ConnectAck{"p", 1, 0, kEpoch, std::nullopt}) ==
-        R"({"type":"connect_ack","peer_id":"p","wire_major":1,"wire_minor":0,"epoch":")" + kEpoch +
+  CHECK(EncodeHeader(ConnectAck{"p:1", 1, 1, kEpoch, std::nullopt}) ==
+        R"({"type":"connect_ack","peer_id":"p:1","wire_major":1,"wire_minor":1,"epoch":")" + kEpoch +
             R"("})");
 }
 
@@ -339,7 +339,7 @@ TEST_CASE("a payload on any control message is a violation", "[codec][header]") 
 TEST_CASE("a missing required field is a violation naming it", "[codec][fields]") {
   for (const Message& message : testing::AllValidKnownMessages()) {
     for (const auto& [name, value] : testing::HeaderObject(message)) {
-      const bool optional = name == "reason" || name == "proof";
+      const bool optional = name == "reason" || name == "proof" || name == "features";
       if (name == "type" || optional) continue;
       const std::string field = std::string(TypeName(message)) + "." + std::string(name);
       INFO(field);

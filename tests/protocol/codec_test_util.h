@@ -24,10 +24,10 @@ inline const std::string kNonce = "fedcba9876543210fedcba9876543210";
 inline constexpr uint64_t kBlockLen = 4096;
 
 inline Connect ValidConnect() {
-  return Connect{"10.0.0.1:7000", 1, 0, kEpoch, kBlockLen, "model-a/fp16", "seed-42", kNonce};
+  return Connect{"10.0.0.1:7000", 1, 1, kEpoch, kBlockLen, "model-a/fp16", "seed-42", kNonce, {"xxh3"}};
 }
 inline ConnectAck ValidConnectAck() {
-  return ConnectAck{"10.0.0.2:7000", 1, 0, kEpoch, std::nullopt};
+  return ConnectAck{"10.0.0.2:7000", 1, 1, kEpoch, std::nullopt};
 }
 inline Disconnect ValidDisconnect() { return Disconnect{std::string("shutting down")}; }
 inline Ping ValidPing() { return Ping{kNonce}; }

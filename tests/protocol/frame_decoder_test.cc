@@ -48,8 +48,8 @@ Frame Encoded(const Message& message, const std::string& payload = "") {
 }
 
 std::vector<Frame> MixedStream() {
-  const Connect connect{"node-a:7000", 1, 0, "0123456789abcdef0123456789abcdef", kBlockLen, "fp-1",
-                        "seed", kNonce};
+  const Connect connect{"node-a:7000", 1, 1, "0123456789abcdef0123456789abcdef", kBlockLen, "fp-1",
+                        "seed", kNonce, {}};
   const std::string unknown_payload = Pattern(40, 3);
   return {
       Encoded(connect),
@@ -368,6 +368,53 @@ TEST_CASE("FrameDecoder: a large announced header is not allocated before it arr
   const size_t room = decoder.WritableSpan().size();
   CHECK(room > 0);
   CHECK(room <= 64 * 1024);
+}
+
+// Wire spec 1.1 section 2: the limits before ready are enforced on the
+// prefix, before the decoder offers room for a single header byte.
+TEST_CASE("FrameDecoder: SetMaxLengths refuses a longer header from the 16-byte prefix", "[frame_decoder]") {
+  FrameDecoder decoder;
+  decoder.SetMaxLengths(kMaxHeaderLenBeforeReady, kMaxPayloadLenBeforeReady);
+  const auto prefix = EncodePrefix({kMaxHeaderLen, 0});
+  CHECK(decoder.Feed(AsSpan(std::string(prefix.begin(), prefix.end()) + "{")) == kPrefixLen);
+  REQUIRE(decoder.state() == State::kFailed);
+  CHECK(decoder.WritableSpan().empty());
+  CHECK(decoder.error().message() ==
+        "header_len: must be at most 65536 before the connection is ready, got 16777216");
+}
+
+TEST_CASE("FrameDecoder: SetMaxLengths admits a header of exactly the limit", "[frame_decoder]") {
+  FrameDecoder decoder;
+  decoder.SetMaxLengths(kMaxHeaderLenBeforeReady, 0);
+  std::string header = R"({"type":"ping","nonce":")" + kNonce + R"(","pad":")";
+  header += std::string(kMaxHeaderLenBeforeReady - header.size() - 2, 'x') + "\"}";
+  REQUIRE(header.size() == kMaxHeaderLenBeforeReady);
+  decoder.Feed(AsSpan(RawFrame(header)));
+  CHECK(decoder.state() == State::kFrameReady);
+  decoder.NextFrame();
+  decoder.Feed(AsSpan(RawFrame(header + " ")));  // one byte over
+  CHECK(decoder.state() == State::kFailed);
+  CHECK(decoder.error().message().starts_with("header_len: must be at most 65536"));
+}
+
+TEST_CASE("FrameDecoder: SetMaxLengths refuses any payload before ready, unknown types included", "[frame_decoder]") {
+  FrameDecoder decoder(DecodeContext{kBlockLen});
+  decoder.SetMaxLengths(kMaxHeaderLenBeforeReady, kMaxPayloadLenBeforeReady);
+  decoder.Feed(AsSpan(RawFrame(R"({"type":"from_the_future"})", "x")));
+  REQUIRE(decoder.state() == State::kFailed);
+  CHECK(decoder.error().message() == "payload_len: must be at most 0 before the connection is ready, got 1");
+}
+
+TEST_CASE("FrameDecoder: raised limits apply from the next frame", "[frame_decoder]") {
+  FrameDecoder decoder(DecodeContext{kBlockLen});
+  decoder.SetMaxLengths(kMaxHeaderLenBeforeReady, 0);
+  decoder.Feed(AsSpan(EncodeFrame(Ping{kNonce})));
+  REQUIRE(decoder.state() == State::kFrameReady);
+  decoder.NextFrame();
+  decoder.SetMaxLengths(kMaxHeaderLen, kMaxPayloadLen);
+  const std::string payload = Pattern(kBlockLen, 1);
+  decoder.Feed(AsSpan(EncodeFrame(BlockData{"r", 1, {0}}, payload.size()) + payload));
+  CHECK(decoder.state() == State::kHeaderReady);
 }
 
 }  // namespace kvpeer::protocol
