@@ -4,6 +4,7 @@
 
 #include "session/peer_session.h"
 #include "session/psk_proof.h"
+#include "protocol/limits.h"
 #include "tests/session/session_harness.h"
 
 namespace kvpeer::session::testing {
@@ -80,7 +81,8 @@ TEST_CASE("Start sends exactly our connect, ungated", "[session]") {
   const auto& c = t.OurConnect();
   CHECK(c.peer_id == "node-a:7000");
   CHECK(c.wire_major == 1);
-  CHECK(c.wire_minor == 0);
+  CHECK(c.wire_minor == 1);
+  CHECK(c.features.empty());
   CHECK(c.epoch == t.node.config.epoch);
   CHECK(c.block_len == kBlockLen);
   CHECK(c.config_fingerprint == "fp-1");
@@ -221,72 +223,241 @@ TEST_CASE("mismatches through the pipe close both ends", "[session]") {
   CHECK(p.b.session->close_reason() == "block_len mismatch: ours 128, peer 64");
 }
 
-TEST_CASE("PSK: both ends prove and the handshake completes", "[session]") {
-  SessionPair p;
-  p.a.config.psk = std::string(32, 'k');
-  p.b.config.psk = std::string(32, 'k');
-  p.ConnectAndPump();
-  REQUIRE(p.a.session->ready());
-  REQUIRE(p.b.session->ready());
-  const auto& a_got = p.pipe.Delivered(SessionPipe::kA);
-  const auto& b_connect = std::get<protocol::Connect>(p.pipe.Delivered(SessionPipe::kB)[0]);
-  const auto& ack_from_b = std::get<protocol::ConnectAck>(a_got[1]);
-  REQUIRE(ack_from_b.proof.has_value());
-  CHECK(*ack_from_b.proof == PskProof(std::string(32, 'k'), b_connect.nonce, b_connect.epoch, p.b.id));
+// ---------------------------------------------------------------- PSK (wire spec 1.1 sections 4, 5)
+
+const std::string kPsk(40, 's');
+
+std::string DialerProof(const std::string& psk, const std::string& acceptor_nonce, const std::string& dialer_nonce,
+                        const std::string& dialer_id, const std::string& acceptor_id) {
+  return PskProof(psk, {ProofRole::kDialer, acceptor_nonce, dialer_nonce, dialer_id, acceptor_id});
 }
 
-TEST_CASE("PSK proof matches an independent HMAC-SHA256 computation", "[session]") {
-  // Computed with Python's hmac module over the same bytes.
-  CHECK(PskProof(std::string(32, 'k'), Token(1).replace(0, 16, "0000000000000000"), std::string(32, 'a'),
-                 "node-b:7000") == "1118a34d747bf1ee413f066ba518796cc7857cfd4d309df0e1dba335b47c5e0f");
+std::string AcceptorProof(const std::string& psk, const std::string& dialer_nonce, const std::string& acceptor_nonce,
+                          const std::string& acceptor_id, const std::string& dialer_id) {
+  return PskProof(psk, {ProofRole::kAcceptor, dialer_nonce, acceptor_nonce, acceptor_id, dialer_id});
+}
+
+// Restarts `t`'s session with the PSK configured (the session's send
+// callback points into `t`, so `t` itself is never copied or moved).
+void UsePsk(LoneSession& t, const std::string& expected_peer) {
+  t.node.config.psk = kPsk;
+  t.Make(expected_peer);
+}
+
+TEST_CASE("PSK proofs match an independent HMAC-SHA256 computation", "[session][psk]") {
+  // Computed with Python's hmac module over "kvpeer-v1.1" 0 role 0 nonce 0 nonce 0 id 0 id.
+  const std::string n1 = std::string(16, '0') + std::string(16, '1');
+  const std::string n2(32, 'a');
+  CHECK(DialerProof(std::string(32, 'k'), n1, n2, "node-a:7000", "node-b:7000") ==
+        "960e8862468f380ee23b6c70cd5b40988b479c74a624efa3a60f4eb8ddce3e3a");
+  CHECK(AcceptorProof(std::string(32, 'k'), n2, n1, "node-b:7000", "node-a:7000") ==
+        "24d56074f5e9bfea621790dc7b52326981d1c4aaadd60559615f92b414e4a837");
+  // Each input matters, the role included.
+  const std::string base = DialerProof(kPsk, n1, n2, "a:1", "b:1");
+  CHECK(base != AcceptorProof(kPsk, n1, n2, "a:1", "b:1"));
+  CHECK(base != DialerProof(kPsk, n2, n1, "a:1", "b:1"));
+  CHECK(base != DialerProof(kPsk, n1, n2, "b:1", "a:1"));
+  CHECK(base != DialerProof(std::string(40, 't'), n1, n2, "a:1", "b:1"));
   CHECK(ProofsEqual("ab", "ab"));
   CHECK_FALSE(ProofsEqual("ab", "ac"));
   CHECK_FALSE(ProofsEqual("ab", "abc"));
   CHECK_FALSE(ProofsEqual("", ""));
 }
 
-TEST_CASE("PSK: a wrong or missing proof fails authentication and nothing else is processed", "[session]") {
-  LoneSession t;
-  t.node.config.psk = std::string(40, 's');
-  t.Make("node-b:7000");
-  REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
-  // Our ack proves over the peer's connect.
-  const auto& our_ack = std::get<protocol::ConnectAck>(t.Last());
-  CHECK(our_ack.proof == PskProof(std::string(40, 's'), Token(77), Token(2), "node-a:7000"));
-  protocol::ConnectAck ack = t.PeerAck();
-  SECTION("missing") {}
-  SECTION("wrong key") { ack.proof = PskProof(std::string(40, 'x'), t.OurConnect().nonce, t.OurConnect().epoch, ack.peer_id); }
-  SECTION("proof of another nonce") { ack.proof = PskProof(std::string(40, 's'), Token(5), t.OurConnect().epoch, ack.peer_id); }
-  SECTION("our own proof reflected") { ack.proof = our_ack.proof; }
-  const Status s = t.session->OnMessage(ack);
-  CHECK_FALSE(s.ok());
-  CHECK(t.LastDisconnectReason() == "authentication failed");
-  CHECK(t.session->state() == State::kClosed);
-  const size_t sent = t.log.frames.size();
-  CHECK(t.session->OnMessage(protocol::Ping{Token(3)}).code() == Status::Code::kUnavailable);
-  CHECK(t.log.frames.size() == sent);
+TEST_CASE("PSK: the ordered handshake completes, dialer first, and each proof is the spec's", "[session][psk]") {
+  SessionPair p;
+  p.a.config.psk = kPsk;  // a dials b
+  p.b.config.psk = kPsk;
+  p.ConnectAndPump();
+  REQUIRE(p.a.session->ready());
+  REQUIRE(p.b.session->ready());
+  const auto& to_b = p.pipe.Delivered(SessionPipe::kB);
+  const auto& to_a = p.pipe.Delivered(SessionPipe::kA);
+  REQUIRE(to_b.size() == 2);
+  REQUIRE(to_a.size() == 2);
+  const auto& a_connect = std::get<protocol::Connect>(to_b[0]);
+  const auto& b_connect = std::get<protocol::Connect>(to_a[0]);
+  const auto& dialer_ack = std::get<protocol::ConnectAck>(to_b[1]);
+  const auto& acceptor_ack = std::get<protocol::ConnectAck>(to_a[1]);
+  CHECK(dialer_ack.proof == DialerProof(kPsk, b_connect.nonce, a_connect.nonce, p.a.id, p.b.id));
+  CHECK(acceptor_ack.proof == AcceptorProof(kPsk, a_connect.nonce, b_connect.nonce, p.b.id, p.a.id));
 }
 
-TEST_CASE("PSK: a correct proof is accepted; a proof we did not ask for is ignored", "[session]") {
-  LoneSession t;
-  SECTION("with psk") {
-    t.node.config.psk = std::string(40, 's');
-    t.Make("node-b:7000");
-  }
-  SECTION("without psk") {}
+TEST_CASE("PSK: the acceptor sends no ack and no proof before it has verified the dialer's", "[session][psk]") {
+  LoneSession t("");
+  UsePsk(t, "");  // we accept; the test is the dialer node-b
   REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+  CHECK(t.log.frames.size() == 1);  // only our connect
+  CHECK(t.log.Count<protocol::ConnectAck>() == 0);
+  CHECK_FALSE(t.session->ready());
+  // Pings are still answered (liveness), but carry nothing of the key.
+  REQUIRE(t.session->OnMessage(protocol::Ping{Token(3)}).ok());
+  CHECK(t.log.Count<protocol::ConnectAck>() == 0);
+
   protocol::ConnectAck ack = t.PeerAck();
-  ack.proof = PskProof(std::string(40, 's'), t.OurConnect().nonce, t.OurConnect().epoch, "node-b:7000");
-  CHECK(t.session->OnMessage(ack).ok());
+  ack.proof = DialerProof(kPsk, t.OurConnect().nonce, Token(77), "node-b:7000", "node-a:7000");
+  REQUIRE(t.session->OnMessage(ack).ok());
+  REQUIRE(t.session->ready());
+  const auto& ours = std::get<protocol::ConnectAck>(t.Last());
+  CHECK(ours.proof == AcceptorProof(kPsk, Token(77), t.OurConnect().nonce, "node-a:7000", "node-b:7000"));
+}
+
+TEST_CASE("PSK: the dialer proves at once and becomes ready only on the acceptor's valid proof", "[session][psk]") {
+  LoneSession t("node-b:7000");
+  UsePsk(t, "node-b:7000");
+  REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+  const auto& ours = std::get<protocol::ConnectAck>(t.Last());
+  CHECK(ours.proof == DialerProof(kPsk, Token(77), t.OurConnect().nonce, "node-a:7000", "node-b:7000"));
+  CHECK_FALSE(t.session->ready());
+  protocol::ConnectAck ack = t.PeerAck();
+  ack.proof = AcceptorProof(kPsk, t.OurConnect().nonce, Token(77), "node-b:7000", "node-a:7000");
+  REQUIRE(t.session->OnMessage(ack).ok());
   CHECK(t.session->ready());
 }
 
-TEST_CASE("PSK configured on one side only: authentication fails on that side", "[session]") {
-  SessionPair p;
-  p.a.config.psk = std::string(32, 'k');
-  p.ConnectAndPump();
-  CHECK(p.a.session->close_reason() == "authentication failed");
-  CHECK(p.b.session->close_reason() == "peer disconnected: authentication failed");
+TEST_CASE("PSK: a wrong or missing proof fails authentication and nothing else is processed", "[session][psk]") {
+  const bool we_dial = GENERATE(true, false);
+  LoneSession t(we_dial ? "node-b:7000" : "");
+  UsePsk(t, we_dial ? "node-b:7000" : "");
+  REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+  const std::string our_nonce = t.OurConnect().nonce;
+  // The proof the test peer should send, and variations of it that must fail.
+  const auto right = [&](const std::string& psk, const std::string& verifier_nonce, const std::string& prover_nonce,
+                         const std::string& prover, const std::string& verifier) {
+    return we_dial ? AcceptorProof(psk, verifier_nonce, prover_nonce, prover, verifier)
+                   : DialerProof(psk, verifier_nonce, prover_nonce, prover, verifier);
+  };
+  const auto wrong_role = [&](const std::string& verifier_nonce, const std::string& prover_nonce) {
+    return we_dial ? DialerProof(kPsk, verifier_nonce, prover_nonce, "node-b:7000", "node-a:7000")
+                   : AcceptorProof(kPsk, verifier_nonce, prover_nonce, "node-b:7000", "node-a:7000");
+  };
+  protocol::ConnectAck ack = t.PeerAck();
+  SECTION("missing") {}
+  SECTION("empty") { ack.proof = ""; }
+  SECTION("uppercase") {
+    std::string upper = right(kPsk, our_nonce, Token(77), "node-b:7000", "node-a:7000");
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    ack.proof = upper;
+  }
+  SECTION("wrong key") { ack.proof = right(std::string(40, 'x'), our_nonce, Token(77), "node-b:7000", "node-a:7000"); }
+  SECTION("another connection's nonce") { ack.proof = right(kPsk, Token(5), Token(77), "node-b:7000", "node-a:7000"); }
+  SECTION("nonces swapped") { ack.proof = right(kPsk, Token(77), our_nonce, "node-b:7000", "node-a:7000"); }
+  SECTION("ids swapped") { ack.proof = right(kPsk, our_nonce, Token(77), "node-a:7000", "node-b:7000"); }
+  SECTION("a third node's id") { ack.proof = right(kPsk, our_nonce, Token(77), "node-b:7000", "node-m:7000"); }
+  SECTION("the other role's proof") { ack.proof = wrong_role(our_nonce, Token(77)); }
+  SECTION("the 1.0 proof") {
+    ack.proof = PskProof(kPsk, {ProofRole::kDialer, our_nonce, t.OurConnect().epoch, "node-b:7000", ""});
+  }
+  if (we_dial) {
+    SECTION("our own proof reflected") { ack.proof = std::get<protocol::ConnectAck>(t.Last()).proof; }
+  }
+  const size_t acks_before = t.log.Count<protocol::ConnectAck>();
+  const Status s = t.session->OnMessage(ack);
+  CHECK(s.code() == Status::Code::kViolation);
+  CHECK(t.LastDisconnectReason() == "authentication failed");
+  CHECK(t.session->state() == State::kClosed);
+  CHECK(t.session->authentication_failed());
+  CHECK_FALSE(t.session->ready());
+  CHECK(t.log.Count<protocol::ConnectAck>() == acks_before);  // an acceptor never proved anything
+  const size_t sent = t.log.frames.size();
+  CHECK(t.session->OnMessage(protocol::Ping{Token(3)}).code() == Status::Code::kUnavailable);
+  CHECK(t.session->OnMessage(protocol::Lookup{"r", {"k"}, 1}).code() == Status::Code::kUnavailable);
+  CHECK(t.log.frames.size() == sent);
+}
+
+// The relay of 1.0 (docs/security.md): M, without the key, sits between
+// dialer A and acceptor B, speaking to each as the other. Here M relays
+// every field it can; no proof made on one connection verifies on the other.
+TEST_CASE("PSK: a proof computed for one connection fails on another (no relay)", "[session][psk]") {
+  // Connection 1: M dials A claiming to be B. Connection 2: M dials B claiming to be A.
+  TestNode a("node-a:7000", 1);
+  TestNode b("node-b:7000", 2);
+  a.config.psk = kPsk;
+  b.config.psk = kPsk;
+  FakeClock clock;
+  FrameLog to_m_from_a;
+  FrameLog to_m_from_b;
+  PeerSession at_a(a.config, clock.AsClock(), to_m_from_a.AsSend(), a.index);  // A accepts M
+  PeerSession at_b(b.config, clock.AsClock(), to_m_from_b.AsSend(), b.index);  // B accepts M
+  at_a.Start();
+  at_b.Start();
+  const auto& a_connect = std::get<protocol::Connect>(to_m_from_a.frames.at(0).message);
+  const auto& b_connect = std::get<protocol::Connect>(to_m_from_b.frames.at(0).message);
+  // M forwards B's connect to A and A's connect to B (same nonces, epochs, ids).
+  protocol::Connect as_b = b_connect;
+  protocol::Connect as_a = a_connect;
+  as_b.nonce = Token(901);  // M's own nonces: it must send some
+  as_a.nonce = Token(902);
+  REQUIRE(at_a.OnMessage(as_b).ok());
+  REQUIRE(at_b.OnMessage(as_a).ok());
+  // Neither acceptor has said anything an attacker could forward.
+  CHECK(to_m_from_a.Count<protocol::ConnectAck>() == 0);
+  CHECK(to_m_from_b.Count<protocol::ConnectAck>() == 0);
+  // The only proof M could ever see is one made on another connection; the
+  // nearest M gets is a genuine dialer proof of B to A on a real A-B
+  // connection, with that connection's nonces, which M replays here.
+  const std::string genuine = DialerProof(kPsk, a_connect.nonce, Token(555), "node-b:7000", "node-a:7000");
+  protocol::ConnectAck ack{"node-b:7000", 1, 1, b_connect.epoch, genuine};
+  CHECK_FALSE(at_a.OnMessage(ack).ok());
+  CHECK(at_a.close_reason() == "authentication failed");
+  CHECK_FALSE(at_a.ready());
+  CHECK(to_m_from_a.Count<protocol::ConnectAck>() == 0);
+  protocol::ConnectAck ack_b{"node-a:7000", 1, 1, a_connect.epoch, std::nullopt};
+  CHECK_FALSE(at_b.OnMessage(ack_b).ok());
+  CHECK(at_b.close_reason() == "authentication failed");
+  CHECK(to_m_from_b.Count<protocol::ConnectAck>() == 0);
+}
+
+TEST_CASE("PSK: a wire 1.0 peer is refused, naming wire_minor; without a PSK it is accepted", "[session][psk]") {
+  const bool we_dial = GENERATE(true, false);
+  SECTION("with a PSK") {
+    LoneSession t(we_dial ? "node-b:7000" : "");
+  UsePsk(t, we_dial ? "node-b:7000" : "");
+    protocol::Connect c = t.PeerConnect();
+    c.wire_minor = 0;
+    CHECK(t.session->OnMessage(c).code() == Status::Code::kViolation);
+    CHECK(t.LastDisconnectReason().rfind("wire_minor mismatch: ours 1, peer 0", 0) == 0);
+    CHECK(t.log.Count<protocol::ConnectAck>() == 0);
+    CHECK(t.session->state() == State::kClosed);
+  }
+  SECTION("without a PSK") {
+    LoneSession t(we_dial ? "node-b:7000" : "");
+    protocol::Connect c = t.PeerConnect();
+    c.wire_minor = 0;
+    c.features.clear();
+    REQUIRE(t.session->OnMessage(c).ok());
+    protocol::ConnectAck ack = t.PeerAck();
+    ack.wire_minor = 0;
+    REQUIRE(t.session->OnMessage(ack).ok());
+    CHECK(t.session->ready());
+    CHECK(t.session->features_on().empty());
+  }
+}
+
+TEST_CASE("PSK configured on one side only: authentication fails", "[session][psk]") {
+  SECTION("the dialer has the key") {
+    SessionPair p;
+    p.a.config.psk = kPsk;
+    p.ConnectAndPump();
+    CHECK(p.a.session->close_reason() == "authentication failed");
+    CHECK(p.b.session->close_reason() == "peer disconnected: authentication failed");
+  }
+  SECTION("the acceptor has the key") {
+    SessionPair p;
+    p.b.config.psk = kPsk;
+    p.ConnectAndPump();
+    CHECK(p.b.session->close_reason() == "authentication failed");
+    CHECK(p.a.session->close_reason() == "peer disconnected: authentication failed");
+  }
+}
+
+TEST_CASE("without a PSK a proof we did not ask for is ignored", "[session][psk]") {
+  LoneSession t;
+  REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+  protocol::ConnectAck ack = t.PeerAck();
+  ack.proof = "anything";
+  CHECK(t.session->OnMessage(ack).ok());
+  CHECK(t.session->ready());
 }
 
 TEST_CASE("connect_ack checks: order, identity, repeats", "[session]") {
@@ -317,21 +488,47 @@ TEST_CASE("connect_ack checks: order, identity, repeats", "[session]") {
     CHECK_FALSE(t.session->OnMessage(ack).ok());
     CHECK(t.LastDisconnectReason() == "connect_ack.wire_major mismatch: ours 1, peer 3");
   }
-  SECTION("an identical repeat is harmless") {
+  SECTION("a second connect_ack is a violation, even an identical one (1.1 section 4 step 5)") {
     t.MakeReady();
-    const size_t sent = t.log.frames.size();
-    CHECK(t.session->OnMessage(t.PeerAck()).ok());
-    CHECK(t.session->ready());
-    CHECK(t.log.frames.size() == sent);
-  }
-  SECTION("a different repeat is a violation") {
-    t.MakeReady();
-    auto ack = t.PeerAck();
-    ack.wire_minor = 1;
-    CHECK_FALSE(t.session->OnMessage(ack).ok());
-    CHECK(t.LastDisconnectReason() == "connect_ack repeated with different content");
+    CHECK(t.session->OnMessage(t.PeerAck()).code() == Status::Code::kViolation);
+    CHECK(t.LastDisconnectReason() == "second connect_ack");
   }
   CHECK((t.session->ready() || t.session->state() == State::kClosed));
+}
+
+TEST_CASE("features: the negotiated set is the intersection, unknown names ignored", "[session][features]") {
+  LoneSession t;
+  t.node.config.features = {"xxh3", "zstd"};
+  t.Make("node-b:7000");
+  CHECK(t.OurConnect().features == std::vector<std::string>{"xxh3", "zstd"});
+  protocol::Connect c = t.PeerConnect();
+  c.features = {"from-2030", "zstd"};
+  REQUIRE(t.session->OnMessage(c).ok());
+  CHECK_FALSE(t.session->FeatureOn("zstd"));  // nothing is on before ready
+  REQUIRE(t.session->OnMessage(t.PeerAck()).ok());
+  CHECK(t.session->FeatureOn("zstd"));
+  CHECK_FALSE(t.session->FeatureOn("xxh3"));
+  CHECK_FALSE(t.session->FeatureOn("from-2030"));
+  CHECK(t.session->features_on() == std::vector<std::string>{"zstd"});
+}
+
+TEST_CASE("features: our node offers none by default", "[session][features]") {
+  SessionPair p;
+  p.ConnectAndPump();
+  CHECK(std::get<protocol::Connect>(p.pipe.Delivered(SessionPipe::kB)[0]).features.empty());
+  CHECK(p.a.session->features_on().empty());
+  CHECK_FALSE(p.b.session->FeatureOn("xxh3"));
+}
+
+TEST_CASE("inbound limits: 64 KiB and no payload before ready, the maxima after", "[session][limits]") {
+  LoneSession t;
+  CHECK(t.session->MaxInboundHeaderLen() == 65536);
+  CHECK(t.session->MaxInboundPayloadLen() == 0);
+  REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+  CHECK(t.session->MaxInboundHeaderLen() == 65536);  // the peer is not proven yet
+  REQUIRE(t.session->OnMessage(t.PeerAck()).ok());
+  CHECK(t.session->MaxInboundHeaderLen() == protocol::kMaxHeaderLen);
+  CHECK(t.session->MaxInboundPayloadLen() == protocol::kMaxPayloadLen);
 }
 
 TEST_CASE("a second connect is a violation, before and after ready", "[session]") {
@@ -372,6 +569,10 @@ TEST_CASE("role messages and block_data before the handshake are violations", "[
   SECTION("lookup") {
     CHECK(t.session->OnMessage(protocol::Lookup{"r", {"k"}, 1}).code() == Status::Code::kViolation);
     CHECK(t.LastDisconnectReason() == "lookup before handshake");
+  }
+  SECTION("fetch") {
+    CHECK_FALSE(t.session->OnMessage(protocol::Fetch{"r", {"k"}, {0}, 1}).ok());
+    CHECK(t.LastDisconnectReason() == "fetch before handshake");
   }
   SECTION("transfer_done") {
     CHECK_FALSE(t.session->OnMessage(protocol::TransferDone{"r", true, 1}).ok());
@@ -519,13 +720,23 @@ TEST_CASE("NextDeadline is the earliest timer", "[session]") {
   CHECK_FALSE(p.a.session->NextDeadline().has_value());
 }
 
-TEST_CASE("unknown message types are ignored and counted", "[session]") {
+TEST_CASE("unknown message types are ignored and counted after ready", "[session]") {
   LoneSession t;
-  CHECK(t.session->OnMessage(protocol::Unknown{"hello_from_v1_1"}).ok());  // also while handshaking
   t.MakeReady();
   CHECK(t.session->OnMessage(protocol::Unknown{"gossip"}).ok());
+  CHECK(t.session->OnMessage(protocol::Unknown{"hello_from_v1_2"}).ok());
   CHECK(t.session->counters().unknown_types == 2);
   CHECK(t.session->ready());
+}
+
+TEST_CASE("an unknown message type before ready is a violation (1.1 section 2)", "[session]") {
+  LoneSession t;
+  SECTION("before the connect") {}
+  SECTION("after the connect") { REQUIRE(t.session->OnMessage(t.PeerConnect()).ok()); }
+  CHECK(t.session->OnMessage(protocol::Unknown{"gossip"}).code() == Status::Code::kViolation);
+  CHECK(t.LastDisconnectReason() == "gossip before handshake");
+  CHECK(t.session->counters().unknown_types == 0);
+  CHECK(t.session->state() == State::kClosed);
 }
 
 TEST_CASE("a role's violation sends disconnect with its reason and closes", "[session]") {

@@ -100,11 +100,18 @@ TEST_CASE("E52 both fingerprints empty are accepted and the hash seed is adverti
   CHECK(std::get<protocol::Connect>(p.pipe.Delivered(SessionPipe::kB)[0]).hash_seed == "seed-0");
 }
 
-TEST_CASE("E53 connect after ready is a violation, a duplicate connect_ack is harmless", "[session]") {
+// E53, as wire spec 1.1 section 4 step 5 hardens it: a second connect_ack
+// is a violation too (the seed ignored an identical one).
+TEST_CASE("E53 connect after ready is a violation, and so is a second connect_ack", "[session]") {
+  SECTION("second connect_ack") {
+    SessionPair p;
+    p.ConnectAndPump();
+    const auto ack_from_a = std::get<protocol::ConnectAck>(p.pipe.Delivered(SessionPipe::kB)[1]);
+    CHECK(p.b.session->OnMessage(ack_from_a).code() == Status::Code::kViolation);
+    CHECK(p.b.session->close_reason() == "second connect_ack");
+  }
   SessionPair p;
   p.ConnectAndPump();
-  const auto ack_from_a = std::get<protocol::ConnectAck>(p.pipe.Delivered(SessionPipe::kB)[1]);
-  CHECK(p.b.session->OnMessage(ack_from_a).ok());
   CHECK(p.b.session->ready());
   const auto connect_from_a = std::get<protocol::Connect>(p.pipe.Delivered(SessionPipe::kB)[0]);
   CHECK(p.b.session->OnMessage(connect_from_a).code() == Status::Code::kViolation);
