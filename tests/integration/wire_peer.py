@@ -46,10 +46,15 @@ def random_hex16():
             return v
 
 
-def psk_proof(psk, nonce, epoch, prover_id):
-    """connect_ack.proof: hex HMAC-SHA256(psk, "kvpeer-v1" 0 nonce 0 epoch 0 prover_id)."""
-    msg = b"\0".join([b"kvpeer-v1", nonce.encode(), epoch.encode(), prover_id.encode()])
-    return hmac.new(psk, msg, hashlib.sha256).hexdigest()
+def psk_proof(psk, role, verifier_nonce, prover_nonce, prover_id, verifier_id):
+    """connect_ack.proof of wire 1.1 section 5: hex HMAC-SHA256(psk, "kvpeer-v1.1" 0 role 0
+    verifier's nonce 0 prover's nonce 0 prover's peer_id 0 verifier's peer_id), `role` being
+    "dialer" or "acceptor" (the prover's). For the dialer the verifier is the acceptor: this is
+    the spec's  "dialer" | acceptor nonce | dialer nonce | dialer id | acceptor id."""
+    assert role in ("dialer", "acceptor"), role
+    fields = [b"kvpeer-v1.1", role.encode(), verifier_nonce.encode(), prover_nonce.encode(),
+              prover_id.encode(), verifier_id.encode()]
+    return hmac.new(psk, b"\0".join(fields), hashlib.sha256).hexdigest()
 
 
 def encode_header(header):
@@ -93,8 +98,14 @@ class WirePeer:
     `peer_id` is what this fake node calls itself; block_len, fingerprint
     and hash seed default to what the daemon must be configured with."""
 
-    def __init__(self, sock, peer_id, block_len, fingerprint, hash_seed, psk=None, epoch=None, timeout=10.0):
+    def __init__(self, sock, peer_id, block_len, fingerprint, hash_seed, psk=None, epoch=None, timeout=10.0,
+                 dialer=True, wire_minor=1, features=()):
         self.sock = sock
+        # Which end of the TCP connection we are (wire 1.1 section 4): it
+        # decides the order of the acks under a PSK and the proofs' role.
+        self.dialer = dialer
+        self.wire_minor = wire_minor
+        self.features = list(features)
         self.sock.settimeout(timeout)
         self.timeout = timeout
         self.peer_id = peer_id
@@ -183,9 +194,11 @@ class WirePeer:
         return False
 
     def make_connect(self, **overrides):
-        msg = {"type": "connect", "peer_id": self.peer_id, "wire_major": 1, "wire_minor": 0,
+        msg = {"type": "connect", "peer_id": self.peer_id, "wire_major": 1, "wire_minor": self.wire_minor,
                "epoch": self.epoch, "block_len": self.block_len, "config_fingerprint": self.fingerprint,
                "hash_seed": self.hash_seed, "nonce": self.nonce}
+        if self.wire_minor >= 1:
+            msg["features"] = list(self.features)
         for k, v in overrides.items():
             if v is _DROP:
                 msg.pop(k, None)
@@ -193,14 +206,32 @@ class WirePeer:
                 msg[k] = v
         return msg
 
+    @property
+    def role(self):
+        return "dialer" if self.dialer else "acceptor"
+
+    @property
+    def their_role(self):
+        return "acceptor" if self.dialer else "dialer"
+
+    def our_proof(self, their_connect=None, psk=None):
+        """The proof we must send on this connection (we prove in our role)."""
+        their = their_connect or self.their_connect
+        return psk_proof(psk or self.psk, self.role, their["nonce"], self.nonce, self.peer_id, their["peer_id"])
+
+    def expected_proof(self, their_connect=None):
+        """The proof the daemon must send us: made in its role, over both nonces and ids."""
+        their = their_connect or self.their_connect
+        return psk_proof(self.psk, self.their_role, self.nonce, their["nonce"], their["peer_id"], self.peer_id)
+
     def make_ack(self, their_connect=None, proof=None, **overrides):
         their = their_connect or self.their_connect
-        msg = {"type": "connect_ack", "peer_id": self.peer_id, "wire_major": 1, "wire_minor": 0,
+        msg = {"type": "connect_ack", "peer_id": self.peer_id, "wire_major": 1, "wire_minor": self.wire_minor,
                "epoch": self.epoch}
         if proof is not None:
             msg["proof"] = proof
         elif self.psk is not None and their is not None:
-            msg["proof"] = psk_proof(self.psk, their["nonce"], their["epoch"], self.peer_id)
+            msg["proof"] = self.our_proof(their)
         for k, v in overrides.items():
             if v is _DROP:
                 msg.pop(k, None)
@@ -303,19 +334,27 @@ class WirePeer:
         return f.header
 
     def handshake(self, timeout=None, verify_proof=True):
-        """The whole exchange: our connect, their connect, our ack (with a
-        proof when we hold the PSK), their ack (its proof checked). Returns
-        their connect."""
+        """The whole exchange of wire 1.1 section 4: our connect, their
+        connect, then the acks. Without a PSK (or as the dialer) we ack at
+        once and read theirs; as a PSK acceptor we first read the daemon's
+        ack and check its proof, and only then send ours. Returns their
+        connect."""
         self.send_connect()
         self.read_connect(timeout)
-        self.send(self.make_ack())
+        if self.psk is not None and not self.dialer:
+            self.read_ack(timeout, verify_proof)
+            self.send(self.make_ack())
+        else:
+            self.send(self.make_ack())
+            self.read_ack(timeout, verify_proof)
+        return self.their_connect
+
+    def read_ack(self, timeout=None, verify_proof=True):
         f = self.recv_until("connect_ack", timeout=timeout)
         self.their_ack = f.header
-        if self.psk is not None and verify_proof:
-            want = psk_proof(self.psk, self.nonce, self.epoch, self.their_connect["peer_id"])
-            if f.header.get("proof") != want:
-                raise WireError(f"the daemon's proof is wrong: {f.header!r}")
-        return self.their_connect
+        if self.psk is not None and verify_proof and f.header.get("proof") != self.expected_proof():
+            raise WireError(f"the daemon's proof is wrong: {f.header!r}")
+        return f.header
 
 
 class _Drop:
@@ -348,6 +387,7 @@ class WireListener:
     def accept_peer(self, block_len, fingerprint, hash_seed, timeout=10.0, **kw):
         """Accepts the daemon's dial and wraps it as a WirePeer named
         after this listener's address."""
+        kw.setdefault("dialer", False)
         return WirePeer(self.accept(timeout), self.address, block_len, fingerprint, hash_seed, **kw)
 
     def close(self):
