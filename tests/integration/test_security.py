@@ -114,11 +114,12 @@ class PskTest(DaemonTestCase):
         with WirePeer.dial(a.listen, "127.0.0.1:1", BLOCK_LEN, DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED) as p:
             p.send_connect()
             p.read_connect()
-            p.recv_until("connect_ack")  # the daemon's writer is idle from here on
+            # Wire 1.1: the acceptor sends no ack (no proof) before the dialer proved itself.
             p.send(p.make_ack())  # no proof
             p.send({"type": "lookup", "kv_request_id": "r", "keys": ["00"], "round_seq": 0})
             self.assertEqual(p.expect_disconnect(), "authentication failed")
             self.assertNotIn("lookup_resp", [f.type for f in p.received])
+            self.assertNotIn("connect_ack", [f.type for f in p.received])
         self.wait_until(lambda: counter(a.status(), "auth_failures") >= 1, what="auth_failures counted")
 
 
