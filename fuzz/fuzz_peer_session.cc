@@ -276,6 +276,7 @@ class Harness {
   void Setup();
   protocol::Connect PeerConnect(uint8_t variant) const;
   protocol::ConnectAck PeerConnectAck(uint8_t variant) const;
+  std::string PeerProof(std::string_view psk) const;
   void Deliver(const Message& message);
   void DeliverDecoded(const Message& message);
   Status Dispatch(const Message& message, bool role);
@@ -428,19 +429,28 @@ protocol::Connect Harness::PeerConnect(uint8_t variant) const {
   return c;
 }
 
+// The proof the peer must send under wire 1.1 section 5: made in the peer's
+// role (acceptor when we dialled), over both nonces and both ids.
+std::string Harness::PeerProof(std::string_view psk) const {
+  const std::string nonce = peer_connect_ ? peer_connect_->nonce : std::string(kPeerNonce);
+  const std::string id = peer_connect_ ? peer_connect_->peer_id : std::string(kPeerId);
+  return session::PskProof(psk, {dialled_ ? session::ProofRole::kAcceptor : session::ProofRole::kDialer,
+                                 own_connect_->nonce, nonce, id, kOwnId});
+}
+
 protocol::ConnectAck Harness::PeerConnectAck(uint8_t variant) const {
   // The ack of the connect the session accepted (or of the usual one).
   protocol::ConnectAck a;
   a.peer_id = peer_connect_ ? peer_connect_->peer_id : std::string(kPeerId);
   a.epoch = peer_connect_ ? peer_connect_->epoch : std::string(kPeerEpoch);
-  if (psk_) a.proof = session::PskProof(kPsk, own_connect_->nonce, own_connect_->epoch, a.peer_id);
+  if (psk_) a.proof = PeerProof(kPsk);
   switch (variant % 7) {
     case 1: a.proof.reset(); break;
     case 2: a.proof = std::string(64, 'a'); break;
     case 3: a.epoch = Token(77); break;
     case 4: a.peer_id = "other:1"; break;
     case 5: a.wire_major = 3; break;
-    case 6: a.proof = session::PskProof("wrong key", own_connect_->nonce, own_connect_->epoch, a.peer_id); break;
+    case 6: a.proof = PeerProof("wrong key"); break;
     default: break;
   }
   return a;
@@ -509,7 +519,7 @@ void Harness::Inbound(const protocol::ConnectAck& m) {
     // the connect's identity and carries the right proof.
     Check(session_->ready());
     const std::string& prover = peer_connect_->peer_id;
-    if (psk_) Check(m.proof == session::PskProof(kPsk, own_connect_->nonce, own_connect_->epoch, prover));
+    if (psk_) Check(m.proof == PeerProof(kPsk));
     Check(m.peer_id == prover && m.epoch == peer_connect_->epoch);
   }
 }
