@@ -465,9 +465,13 @@ void Harness::Deliver(const Message& message) {
   Message decoded;
   const uint64_t payload_len =
       block_data ? std::get<protocol::BlockData>(message).block_indexes.size() * kBlockLen : 0;
-  if (!protocol::DecodeHeader(protocol::EncodeHeader(message), payload_len, protocol::DecodeContext{kBlockLen},
-                              &decoded)
-           .ok()) {
+  const std::string header = protocol::EncodeHeader(message);
+  if (!protocol::DecodeHeader(header, payload_len, protocol::DecodeContext{kBlockLen}, &decoded).ok()) return;
+  // The daemon's decoder refuses a frame beyond the session's inbound limits
+  // (wire 1.1 section 2: before ready no payload, 64 KiB of header) from its
+  // prefix; nothing of it reaches the session, which closes.
+  if (!closed() && (header.size() > session_->MaxInboundHeaderLen() || payload_len > session_->MaxInboundPayloadLen())) {
+    session_->Close("frame beyond the inbound limits", true);
     return;
   }
   DeliverDecoded(decoded);
@@ -500,10 +504,13 @@ void Harness::Inbound(const protocol::Connect& m) {
   const bool first = !peer_connect_;
   const bool acceptable = m.wire_major == protocol::kWireMajor && m.block_len == kBlockLen &&
                           m.config_fingerprint == kFingerprint && m.hash_seed == kHashSeed &&
-                          m.epoch != kOwnEpoch && (!dialled_ || m.peer_id == kPeerId);
+                          m.epoch != kOwnEpoch && (!dialled_ || m.peer_id == kPeerId) &&
+                          (!psk_ || m.wire_minor >= protocol::kMinWireMinorWithPsk);
   const Status status = Dispatch(m, false);
   if (first && acceptable) {
-    Check(status.ok() && sent_connect_acks_ == 1);
+    // Wire 1.1 section 4: a PSK acceptor acks only after the dialer's proof.
+    const size_t acks_now = psk_ && !dialled_ ? 0 : 1;
+    Check(status.ok() && sent_connect_acks_ == acks_now);
     peer_connect_ = m;
   } else {
     Check(!status.ok() && sent_connect_acks_ == 0);  // a second connect is a violation too
@@ -514,6 +521,9 @@ void Harness::Inbound(const protocol::ConnectAck& m) {
   const bool was_ready = session_->ready();
   const Status status = Dispatch(m, false);
   if (!peer_connect_) Check(!status.ok());  // an ack must follow the connect
+  if (was_ready) Check(!status.ok());        // a second connect_ack is a violation (1.1)
+  // A PSK acceptor answers the dialer's accepted proof with its own ack.
+  if (status.ok() && psk_ && !dialled_) Check(sent_connect_acks_ == 1);
   if (status.ok() && !was_ready) {
     // Accepted: the session is ready, and accepted only an ack that repeats
     // the connect's identity and carries the right proof.
@@ -537,7 +547,8 @@ void Harness::Inbound(const protocol::Pong& m) { Dispatch(m, false); }
 
 void Harness::Inbound(const protocol::Unknown& m) {
   const uint64_t before = session_->counters().unknown_types;
-  if (Dispatch(m, false).ok()) Check(session_->counters().unknown_types == before + 1);
+  // Before ready an unknown type is a violation (wire 1.1 section 2), like a role message.
+  if (Dispatch(m, /*role=*/true).ok()) Check(session_->counters().unknown_types == before + 1);
 }
 
 void Harness::Inbound(const protocol::Lookup& m) {
