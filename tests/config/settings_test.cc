@@ -252,5 +252,14 @@ TEST_CASE("the PSK file rules are checked at parse time") {
   CHECK(Contains(MustFail({"--psk-file", missing}), "psk-file: '" + missing + "' cannot be opened: No such file"));
 }
 
+// Wire spec 1.1 section 5: mode & 0077 must be zero. Start-up and the SIGHUP
+// reload both parse the command line (Daemon::Reload), so both refuse it.
+TEST_CASE("a PSK file others may write (0602) is refused at parse time, naming the mode") {
+  TempDir dir;
+  std::string writable = dir.Write("writable", kGoodKey, 0602);
+  CHECK(Contains(MustFail({"--psk-file", writable}),
+                 "kvpeerd: psk-file: '" + writable + "' grants permissions to group or others (mode 0602)"));
+}
+
 }  // namespace
 }  // namespace kvpeer::config
