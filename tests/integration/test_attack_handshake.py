@@ -16,6 +16,7 @@ sections 2, 4, 5; docs/security.md "The PSK relay").
 """
 
 import os
+import signal
 import struct
 import subprocess
 import time
@@ -171,6 +172,14 @@ class VersionAndLimitsTest(AttackBase):
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("mode 0602", r.stderr)
+
+    def test_key_file_made_0602_is_refused_on_sighup_reload(self):
+        path = self.key_file("psk", os.urandom(24).hex().encode())
+        a = self.start_daemon("a", BLOCK_LEN, extra=["--psk-file", path])
+        os.chmod(path, 0o602)
+        a.proc.send_signal(signal.SIGHUP)
+        self.wait_logged(a, "reload: the settings are invalid", "mode 0602")
+        self.wait_until(lambda: counter(a.status(), "config_reload_failures") >= 1, what="reload failure counted")
 
 
 if __name__ == "__main__":
