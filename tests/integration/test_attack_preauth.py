@@ -232,10 +232,11 @@ class PreauthAttackTest(DaemonTestCase):
         # An inbound peer that authenticates and goes away.
         inbound = "127.0.0.1:9"
         s = dial(a.listen)
-        s.sendall(frame(connect_msg(inbound)))
+        hello = connect_msg(inbound)
+        s.sendall(frame(hello))
         read_until(s, "connect")
         s.sendall(frame({"type": "connect_ack", "peer_id": inbound, "wire_major": 1, "wire_minor": 0,
-                         "epoch": os.urandom(16).hex()}))
+                         "epoch": hello["epoch"]}))
         self.assertIsNotNone(read_until(s, "connect_ack"))
         self.wait_until(lambda: [p for p in self.peer_entry(a, inbound) if p["state"] == "ready"],
                         what="the authenticated inbound peer listed ready")
