@@ -257,6 +257,18 @@ std::string ApplyMaxQueuedBytes(const std::vector<std::string>& raw, Settings* s
   return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_queued_bytes);
 }
 
+std::string ApplyMaxHandshaking(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 65536, &s->max_handshaking);
+}
+
+std::string ApplyMaxHandshakingPerSource(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 65536, &s->max_handshaking_per_source);
+}
+
+std::string ApplyPeerReapAfter(const std::vector<std::string>& raw, Settings* s) {
+  return ApplySeconds(raw.front(), &s->peer_reap_after);
+}
+
 std::string ApplyPath(const std::string& raw, std::string* out) {
   if (raw.empty()) return "'' is empty; allowed: the path of a PEM file";
   *out = raw;  // read and checked once all options are known
@@ -488,6 +500,27 @@ std::vector<OptionSpec> BuildOptions() {
                      .effective = [](const Settings& s) {
                        return s.metrics_listen ? json::value(FormatHostPort(*s.metrics_listen)) : json::value(nullptr);
                      }});
+  options.push_back({.name = "max-handshaking",
+                     .value_name = "N",
+                     .default_text = "64",
+                     .help = "accepted peer connections still in their handshake at most, 1..65536; one beyond it "
+                             "is closed before a byte is read",
+                     .apply = ApplyMaxHandshaking,
+                     .effective = [](const Settings& s) { return json::value(s.max_handshaking); }});
+  options.push_back({.name = "max-handshaking-per-source",
+                     .value_name = "N",
+                     .default_text = "8",
+                     .help = "accepted peer connections still in their handshake from one source address at most, "
+                             "1..65536; one beyond it is closed before a byte is read",
+                     .apply = ApplyMaxHandshakingPerSource,
+                     .effective = [](const Settings& s) { return json::value(s.max_handshaking_per_source); }});
+  options.push_back({.name = "peer-reap-after-s",
+                     .value_name = "S",
+                     .default_text = "60",
+                     .help = "a peer entry with no connection and no waiting work is removed (from status and "
+                             "metrics) this many seconds after it became idle",
+                     .apply = ApplyPeerReapAfter,
+                     .effective = [](const Settings& s) { return json::value(s.peer_reap_after.count()); }});
   return options;
 }
 

@@ -79,6 +79,12 @@ struct Settings {
   std::chrono::seconds handshake_timeout{10};
   std::string log_level = "info";  // trace, debug, info, warn, error
   std::optional<HostPort> metrics_listen;  // --metrics-listen; unset = no HTTP metrics listener
+  // Nothing before authentication (wire spec section 4, item 6): accepted
+  // peer connections still handshaking, in all and from one source address;
+  // and how long a peer entry with no connection and no work is kept.
+  uint64_t max_handshaking = 64;
+  uint64_t max_handshaking_per_source = 8;
+  std::chrono::seconds peer_reap_after{60};
 };
 
 // One row of the option table.

@@ -353,6 +353,7 @@ json::object ControlServer::Status() const {
   status["uptime_s"] = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
   status["config"] = options_.config;
   PeerService* peers = engines_.peer_service();
+  status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
   status["peers"] = peers != nullptr ? peers->PeersStatus() : json::array();
   status["engines"] = engines_.EnginesStatus();
   json::object counters;

@@ -59,6 +59,9 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
   peers.max_pending_lookups = settings.max_pending_lookups;
   peers.max_queued_bytes = settings.max_queued_bytes;
   peers.allow_address = MakeAllowAddress(settings);
+  peers.max_handshaking = settings.max_handshaking;
+  peers.max_handshaking_per_source = settings.max_handshaking_per_source;
+  peers.reap_after = settings.peer_reap_after;
   return peers;
 }
 

@@ -24,6 +24,18 @@ namespace {
 
 constexpr auto kInitialBackoff = std::chrono::milliseconds(100);
 constexpr auto kMaxBackoff = std::chrono::seconds(5);
+// Out of descriptors or memory: how long the accept loop waits before it
+// tries again, and how often it says so at most.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+constexpr auto kAcceptLogInterval = std::chrono::seconds(1);
+// The reaper looks at most this long after an entry became reapable.
+constexpr auto kMaxReapTick = std::chrono::seconds(1);
+
+bool IsResourceExhaustion(const boost::system::error_code& ec) {
+  return ec == boost::asio::error::no_descriptors || ec == boost::asio::error::no_buffer_space ||
+         ec == boost::asio::error::no_memory ||
+         (ec.category() == boost::system::system_category() && ec.value() == ENFILE);
+}
 
 // "host:port" -> host, port; the port is whatever follows the last colon,
 // so "[::1]:5710" and "node-a:5710" both work.
@@ -47,6 +59,7 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       results_(results),
       epoch_(RandomEpoch()),
       acceptor_(io),
+      reap_timer_(io),
       supply_timer_(io),
       lookup_round_trip_(peer_histograms::kLookupRoundTrip),
       load_seconds_succeeded_(peer_histograms::kLoadSeconds),
@@ -62,6 +75,7 @@ uint16_t PeerManager::Listen() {
   acceptor_.bind(endpoint);
   acceptor_.listen();
   asio::co_spawn(io_, [this]() { return AcceptLoop(); }, asio::detached);
+  ScheduleReap();
   return acceptor_.local_endpoint().port();
 }
 
@@ -101,11 +115,70 @@ asio::awaitable<void> PeerManager::AcceptLoop() {
     tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
-      spdlog::warn("accept failed: {}", ec.message());
+      co_await OnAcceptFailed(ec);
       continue;
     }
     OnAccepted(std::move(socket));
   }
+}
+
+asio::awaitable<void> PeerManager::OnAcceptFailed(const boost::system::error_code& ec) {
+  ++accept_failures_;
+  const auto now = std::chrono::steady_clock::now();
+  if (accept_failures_ == 1 || now - accept_failure_logged_ >= kAcceptLogInterval) {
+    spdlog::warn("peer accept failed: {} ({} more failures since the last such line)", ec.message(),
+                 accept_failures_unlogged_);
+    accept_failure_logged_ = now;
+    accept_failures_unlogged_ = 0;
+  } else {
+    ++accept_failures_unlogged_;
+  }
+  if (!IsResourceExhaustion(ec)) co_return;
+  asio::steady_timer pause(io_);
+  pause.expires_after(kAcceptPause);
+  boost::system::error_code ignored;
+  co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+}
+
+bool PeerManager::AdmitHandshake(const std::string& source) {
+  const auto per_source = handshaking_per_source_.find(source);
+  const size_t from_source = per_source == handshaking_per_source_.end() ? 0 : per_source->second;
+  if (config_.max_handshaking != 0 && handshaking_.size() >= config_.max_handshaking) {
+    ++refused_max_handshaking_;
+    limits_.Hit(counters_, "limit_max_handshaking",
+                "closed peer connection from " + source + " before reading it: max-handshaking (" +
+                    std::to_string(config_.max_handshaking) + ") connections are still in their handshake");
+    return false;
+  }
+  if (config_.max_handshaking_per_source != 0 && from_source >= config_.max_handshaking_per_source) {
+    ++refused_max_handshaking_per_source_;
+    limits_.Hit(counters_, "limit_max_handshaking_per_source",
+                "closed peer connection from " + source + " before reading it: max-handshaking-per-source (" +
+                    std::to_string(config_.max_handshaking_per_source) +
+                    ") connections from that address are still in their handshake");
+    return false;
+  }
+  return true;
+}
+
+bool PeerManager::ForgetHandshaking(const std::shared_ptr<PeerConnection>& connection) {
+  auto it = handshaking_.find(connection);
+  if (it == handshaking_.end()) return false;
+  auto per_source = handshaking_per_source_.find(it->second);
+  if (per_source != handshaking_per_source_.end() && --per_source->second == 0) {
+    handshaking_per_source_.erase(per_source);
+  }
+  handshaking_.erase(it);
+  return true;
+}
+
+size_t PeerManager::Handshaking() const {
+  size_t dialling = 0;
+  for (const auto& [peer, entry] : peers_) {
+    const auto& connection = entry.connection;
+    dialling += connection && !connection->closed() && !connection->session().ready() ? 1 : 0;
+  }
+  return handshaking_.size() + dialling;
 }
 
 void PeerManager::OnAccepted(tcp::socket socket) {
@@ -118,18 +191,14 @@ void PeerManager::OnAccepted(tcp::socket socket) {
     spdlog::warn("refused peer connection from {}: address not in allow-cidr", remote.address().to_string());
     return;  // closed before a byte is read
   }
-  // Connections not identified yet are capped too: each holds a session
-  // and a read buffer until its handshake completes or times out.
-  const bool too_many = config_.max_peers != 0 && unidentified_.size() >= config_.max_peers;
-  if (shutting_down_ || !model_.configured() || too_many) {
-    std::string reason = shutting_down_         ? "shutting down"
-                         : !model_.configured() ? "node not configured"
-                                                : "too many peers";
-    if (too_many && !shutting_down_ && model_.configured()) {
-      limits_.Hit(counters_, "limit_max_peers",
-                  "refused peer connection from " + remote.address().to_string() + ": max-peers (" +
-                      std::to_string(config_.max_peers) + ") connections are still in their handshake");
-    }
+  // Wire spec section 4, item 6: each connection still handshaking holds a
+  // session and a read buffer until it is ready or times out, so their
+  // number is bounded; one beyond is closed at once, unread (no disconnect:
+  // writing to a flood would only feed it).
+  const std::string source = remote.address().to_string();
+  if (!AdmitHandshake(source)) return;
+  if (shutting_down_ || !model_.configured()) {
+    std::string reason = shutting_down_ ? "shutting down" : "node not configured";
     // Over TLS nothing can be said before a handshake: the socket just closes.
     if (!config_.tls) {
       std::string bytes = protocol::EncodeFrame(protocol::Disconnect{reason}, 0);
@@ -144,7 +213,8 @@ void PeerManager::OnAccepted(tcp::socket socket) {
   auto connection =
       std::make_shared<PeerConnection>(MakeStream(std::move(socket)), MakeSessionConfig(), index_, "", listener);
   ApplyConnectionLimits(*connection);
-  unidentified_.insert(connection);
+  handshaking_.emplace(connection, source);
+  ++handshaking_per_source_[source];
   connection->StartAccepted();
 }
 
@@ -233,8 +303,13 @@ void PeerManager::SetState(Peer& entry, PeerState state) {
 // Session activity
 
 void PeerManager::OnSessionActivity(PeerConnection& connection) {
-  if (!connection.dialled() && unidentified_.count(connection.shared_from_this()) &&
-      connection.session().peer_connect()) {
+  auto self = connection.shared_from_this();
+  if (handshaking_.contains(self)) {
+    // Nothing before authentication: ready is reached only with the peer's
+    // valid connect_ack (and proof), and until then the connection holds no
+    // work and touches no peer entry.
+    if (!connection.session().ready()) return;
+    ForgetHandshaking(self);
     AdoptInbound(connection);
   }
   DeliverResults(connection);
@@ -258,7 +333,6 @@ void PeerManager::OnSessionActivity(PeerConnection& connection) {
 
 void PeerManager::AdoptInbound(PeerConnection& connection) {
   auto self = connection.shared_from_this();
-  unidentified_.erase(self);
   const std::string& peer = connection.session().peer_id();
   auto known = peers_.find(peer);
   const bool live = known != peers_.end() && known->second.connection && !known->second.connection->closed();
@@ -275,7 +349,7 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
                                       entry.connection->session().peer_connect()
                                           ? entry.connection->session().peer_connect()->epoch
                                           : std::string()};
-    session::ConnectionFacts incoming{false, false, connection.session().peer_connect()->epoch};
+    session::ConnectionFacts incoming{true, false, connection.session().peer_connect()->epoch};
     switch (session::ArbitrateConnections(config_.node_id, peer, existing, incoming)) {
       case session::Arbitration::kCloseNewDuplicate:
         connection.Close("duplicate");
@@ -291,8 +365,8 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
         break;
     }
   }
+  // The state becomes ready (and waiters are answered) in OnSessionActivity.
   entry.connection = self;
-  SetState(entry, connection.session().ready() ? PeerState::kReady : PeerState::kHandshaking);
 }
 
 void PeerManager::DeliverResults(PeerConnection& connection) {
@@ -311,9 +385,10 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
 
 void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   auto self = connection.shared_from_this();
-  unidentified_.erase(self);
+  const bool never_adopted = ForgetHandshaking(self);
   RecordClose(connection);
   CountAuthFailure(connection);
+  if (never_adopted) return;  // it never had a peer entry
   auto it = peers_.find(connection.session().peer_id());
   if (it == peers_.end() || it->second.connection != self) return;
   Peer& entry = it->second;
@@ -323,6 +398,7 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   entry.last_error = connection.session().close_reason();
   bool never_ready = entry.state == PeerState::kConnecting || entry.state == PeerState::kHandshaking;
   entry.connection.reset();
+  entry.idle_since = std::chrono::steady_clock::now();
   for (auto binding = supply_bindings_.begin(); binding != supply_bindings_.end();) {
     binding = binding->second == it->first ? supply_bindings_.erase(binding) : std::next(binding);
   }
@@ -495,13 +571,49 @@ void PeerManager::Shutdown(const std::string& reason) {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   supply_timer_.cancel();
-  for (auto& connection : std::vector<std::shared_ptr<PeerConnection>>(unidentified_.begin(), unidentified_.end())) {
-    connection->Close(reason);
-  }
+  reap_timer_.cancel();
+  std::vector<std::shared_ptr<PeerConnection>> handshaking;
+  for (const auto& [connection, source] : handshaking_) handshaking.push_back(connection);
+  for (auto& connection : handshaking) connection->Close(reason);
   for (auto& [peer, entry] : peers_) {
     if (auto connection = entry.connection) connection->Close(reason);
   }
   for (const auto& failed : unbound_supply_.CancelAll(reason)) results_.OnStoreResult(failed);
+}
+
+// ---------------------------------------------------------------------------
+// Reaping idle peer entries
+
+void PeerManager::ScheduleReap() {
+  if (shutting_down_) return;
+  const auto tick = std::min<session::Duration>(kMaxReapTick, std::max<session::Duration>(config_.reap_after / 4,
+                                                                                        std::chrono::milliseconds(10)));
+  reap_timer_.expires_after(tick);
+  reap_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) ReapIdlePeers();
+  });
+}
+
+// An entry with no connection and nothing waiting on it holds only
+// history (status, per-peer metrics); dropping it after reap_after keeps
+// the number of entries bounded by the peers in use, whatever hosts were
+// named or came and went. Supply bindings went with the last connection.
+void PeerManager::ReapIdlePeers() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    const Peer& entry = it->second;
+    const bool idle = !entry.connection && entry.connect_waiters.empty() &&
+                      (entry.state == PeerState::kClosed || entry.state == PeerState::kBackoff);
+    if (idle && now - entry.idle_since >= config_.reap_after) {
+      spdlog::debug("peer {}: entry removed after {} s without a connection", it->first,
+                    std::chrono::duration_cast<std::chrono::seconds>(now - entry.idle_since).count());
+      ++peers_reaped_;
+      it = peers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ScheduleReap();
 }
 
 }  // namespace kvpeer::daemon

@@ -1,10 +1,18 @@
 // PeerManager: the peer side of the daemon. It listens for peer nodes,
 // dials them on demand with capped exponential backoff, keeps one
 // PeerConnection per peer (settling duplicates and restarts with
-// ArbitrateConnections), routes engines' work to the right session, binds
+// ArbitrateConnections once a connection is authenticated), routes engines' work to the right session, binds
 // store supply to the session whose peer fetches it, and hands every result
 // back through the ResultSink. What it reports (close and load logs and
 // counters, status, metrics) lives in peer_manager_reporting.cc.
+//
+// Nothing before authentication (wire spec section 4, item 6): an accepted
+// connection is held apart, in handshaking_, until its session is ready;
+// only then does it get (or join) a peer entry. What it said before that
+// creates no entry, closes nothing and is counted per peer nowhere.
+// Accepted connections still handshaking are bounded in all and per source
+// address, and peer entries left with no connection and no work are reaped,
+// so neither grows with what unauthenticated hosts do.
 //
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
@@ -46,10 +54,16 @@ struct PeerManagerConfig {
   std::function<bool(const boost::asio::ip::address&)> allow_address;
   // Limits (0 = none); each hit is counted as limit_<name> and logged.
   // Peer sessions at most: beyond it a dial fails with peer_unavailable (a
-  // lookup answers miss, as for any unavailable peer) and a new inbound peer
-  // gets disconnect{reason:"too many peers"}; accepted connections that have
-  // not identified themselves yet are capped at the same number.
+  // lookup answers miss, as for any unavailable peer) and a newly
+  // authenticated inbound peer gets disconnect{reason:"too many peers"}.
   size_t max_peers = 0;
+  // Accepted connections not yet ready, in all and from one source address
+  // (wire spec section 4, item 6); one beyond is closed before a byte is read.
+  size_t max_handshaking = 64;
+  size_t max_handshaking_per_source = 8;
+  // A peer entry with no connection and nothing waiting is removed this
+  // long after it became idle (docs/operations.md, "Peer entries").
+  session::Duration reap_after = std::chrono::seconds(60);
   // ServerConfig::max_rounds of every session.
   size_t max_rounds_per_peer = 0;
   // Distinct probes of one request's open lookup round on one peer; beyond
@@ -106,6 +120,9 @@ class PeerManager : public PeerService, private ConnectionListener {
   void CollectMetrics(metrics::Registry& registry) const override;
 
   size_t LoadsInFlight() const;
+  // Peer connections not ready yet: accepted ones still handshaking and
+  // dialled ones still connecting or handshaking (status.handshaking).
+  size_t Handshaking() const override;
 
  private:
   enum class PeerState { kConnecting, kHandshaking, kReady, kBackoff, kClosed };
@@ -125,6 +142,9 @@ class PeerManager : public PeerService, private ConnectionListener {
     uint64_t loads_succeeded = 0;
     std::array<uint64_t, kLoadFailureLabels.size()> loads_failed{};
     uint64_t loads_rejected = 0;         // refused at once: peer unavailable
+    // When the last connection ended; the entry is reaped reap_after later
+    // unless a connection or a waiter comes first.
+    std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   };
   // A load sent and not yet ended, for its latency and transfer size.
   struct LoadStart {
@@ -145,11 +165,26 @@ class PeerManager : public PeerService, private ConnectionListener {
   void RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result);
 
   boost::asio::awaitable<void> AcceptLoop();
+  // Logs a failed accept (at most once a second) and, when the process or
+  // system is out of descriptors or memory, waits a moment: the pending
+  // connection stays queued, so retrying at once would spin.
+  boost::asio::awaitable<void> OnAcceptFailed(const boost::system::error_code& ec);
   void OnAccepted(boost::asio::ip::tcp::socket socket);
+  // The handshaking bounds: true when one more accepted connection from
+  // `source` may start its handshake; otherwise counts and logs the refusal.
+  bool AdmitHandshake(const std::string& source);
+  // Removes `connection` from handshaking_; false if it was not there.
+  bool ForgetHandshaking(const std::shared_ptr<PeerConnection>& connection);
+  // Removes peer entries idle for reap_after; re-arms reap_timer_.
+  void ReapIdlePeers();
+  void ScheduleReap();
   // The peer's session, dialling when there is none. Null (with *error)
   // while the peer backs off or the node is not configured.
   PeerConnection* SessionFor(const std::string& peer, ApiStatus* error);
   void Dial(const std::string& peer, Peer& entry);
+  // An accepted connection just became ready: applies the duplicate and
+  // restart rules (wire spec section 1) and makes it the peer's connection,
+  // or closes it.
   void AdoptInbound(PeerConnection& connection);
   // Peers with a live connection (identified; dialled or accepted).
   size_t LivePeerCount() const;
@@ -172,8 +207,13 @@ class PeerManager : public PeerService, private ConnectionListener {
   std::string epoch_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::map<std::string, Peer> peers_;
-  // Accepted connections whose peer has not identified itself yet.
-  std::set<std::shared_ptr<PeerConnection>> unidentified_;
+  // Accepted connections not ready yet, with their source address; and
+  // how many there are per source address (no zero entries).
+  std::map<std::shared_ptr<PeerConnection>, std::string> handshaking_;
+  std::map<std::string, size_t> handshaking_per_source_;
+  boost::asio::steady_timer reap_timer_;
+  std::chrono::steady_clock::time_point accept_failure_logged_{};
+  uint64_t accept_failures_unlogged_ = 0;
   // kv_request_id -> peer whose session fetched it (where its supply goes).
   std::map<std::string, std::string> supply_bindings_;
   session::UnboundSupply unbound_supply_;
@@ -188,6 +228,10 @@ class PeerManager : public PeerService, private ConnectionListener {
   std::map<std::string, uint64_t> violations_;  // by label; rare and few
   uint64_t refused_allowlist_ = 0;
   uint64_t refused_unavailable_ = 0;  // shutting down or node not configured
+  uint64_t refused_max_handshaking_ = 0;
+  uint64_t refused_max_handshaking_per_source_ = 0;
+  uint64_t accept_failures_ = 0;
+  uint64_t peers_reaped_ = 0;
   std::unordered_map<session::JobId, LoadStart> load_starts_;
   metrics::Histogram lookup_round_trip_;
   metrics::Histogram load_seconds_succeeded_;

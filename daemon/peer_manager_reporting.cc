@@ -51,7 +51,11 @@ void PeerManager::OnLookupAnswered(session::Duration round_trip) { lookup_round_
 void PeerManager::RecordClose(const PeerConnection& connection) {
   const std::string& reason = connection.session().close_reason();
   const std::string& peer_id = connection.session().peer_id();
-  const std::string peer = peer_id.empty() ? "(unidentified)" : peer_id;
+  // An accepted connection that never became ready only claimed its id.
+  const bool claimed = !connection.dialled() && !connection.ever_ready();
+  const std::string peer = peer_id.empty() ? "(unidentified)"
+                           : claimed       ? "(unauthenticated, claims " + peer_id + ")"
+                                           : peer_id;
   const std::string address = connection.remote_address();
   const auto& violation = connection.violation();
   const size_t handshake_kind = ClassifyHandshakeFailure(reason, violation.has_value());
@@ -204,6 +208,15 @@ void PeerManager::CollectMetrics(metrics::Registry& registry) const {
                                    "Inbound peer connections refused before the handshake, by reason.", {"reason"});
   refused.Add({"allow_cidr"}, refused_allowlist_);
   refused.Add({"unavailable"}, refused_unavailable_);
+  refused.Add({"max_handshaking"}, refused_max_handshaking_);
+  refused.Add({"max_handshaking_per_source"}, refused_max_handshaking_per_source_);
+  registry.Gauge("kvpeer_peer_handshaking_connections", "Peer connections not ready yet (status.handshaking).")
+      .Set({}, static_cast<double>(Handshaking()));
+  registry.Counter("kvpeer_peer_accept_failures_total", "Failed accepts on the peer listener (e.g. out of descriptors).")
+      .Add({}, accept_failures_);
+  registry.Counter("kvpeer_peer_entries_reaped_total",
+                   "Peer entries removed after peer-reap-after-s without a connection or waiting work.")
+      .Add({}, peers_reaped_);
   registry.Gauge("kvpeer_unbound_store_jobs", "Store jobs waiting for a peer to fetch them (not bound to a session).")
       .Set({}, static_cast<double>(unbound_supply_.size()));
 

@@ -73,6 +73,8 @@ class PeerService {
   virtual ApiStatus Disconnect(const std::string& peer) = 0;
   // One object per peer, fields as docs/control-api.md `status.peers`.
   virtual boost::json::array PeersStatus() const = 0;
+  // Peer connections not ready yet (control-api.md `status.handshaking`).
+  virtual size_t Handshaking() const { return 0; }
   // Adds the peer side's metric families (beyond what PeersStatus shows)
   // to a scrape's registry; see docs/operations.md for the names.
   virtual void CollectMetrics(metrics::Registry& registry) const { (void)registry; }

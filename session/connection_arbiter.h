@@ -1,5 +1,7 @@
 // The duplicate-connection and restart rules of wire-protocol.md section 1,
-// as a pure decision over two connections to the same peer node.
+// as a pure decision over two connections to the same peer node, applied
+// when the newer one is authenticated (section 4, item 6: nothing a
+// connection says before that changes anything outside it).
 #pragma once
 
 #include <string>
@@ -7,9 +9,9 @@
 namespace kvpeer::session {
 
 struct ConnectionFacts {
-  bool ready = false;            // the handshake completed
+  bool ready = false;            // the handshake completed (authenticated)
   bool dialled_locally = false;  // we dialled it (otherwise we accepted it)
-  std::string peer_epoch;        // the epoch in the peer's connect
+  std::string peer_epoch;        // the epoch in the peer's connect; empty = not received yet
 };
 
 enum class Arbitration {
@@ -19,8 +21,8 @@ enum class Arbitration {
   kReplaceOld,        // the peer restarted: close the old session, keep the new one
 };
 
-// Decides which of `existing` and `incoming` (both to `peer_id`, whose
-// connect has been received on `incoming`) survives.
+// Decides which of `existing` and `incoming` (both to `peer_id`; `incoming`
+// has just become ready, so its epoch is known) survives.
 Arbitration ArbitrateConnections(const std::string& local_id, const std::string& peer_id,
                                  const ConnectionFacts& existing, const ConnectionFacts& incoming);
 

@@ -16,13 +16,59 @@ ConnectionFacts Facts(bool ready, bool dialled_locally, std::string epoch) {
   return ConnectionFacts{ready, dialled_locally, std::move(epoch)};
 }
 
-TEST_CASE("a ready connection keeps a same-epoch newcomer out", "[arbiter]") {
-  for (bool existing_dialled : {true, false}) {
-    for (bool incoming_dialled : {true, false}) {
-      CHECK(ArbitrateConnections(kSmall, kLarge, Facts(true, existing_dialled, kEpoch1),
-                                 Facts(false, incoming_dialled, kEpoch1)) == Arbitration::kCloseNewDuplicate);
-      CHECK(ArbitrateConnections(kLarge, kSmall, Facts(true, existing_dialled, kEpoch1),
-                                 Facts(false, incoming_dialled, kEpoch1)) == Arbitration::kCloseNewDuplicate);
+TEST_CASE("a ready connection keeps a same-epoch newcomer from the same direction out", "[arbiter]") {
+  for (bool dialled : {true, false}) {
+    CHECK(ArbitrateConnections(kSmall, kLarge, Facts(true, dialled, kEpoch1), Facts(true, dialled, kEpoch1)) ==
+          Arbitration::kCloseNewDuplicate);
+    CHECK(ArbitrateConnections(kLarge, kSmall, Facts(true, dialled, kEpoch1), Facts(true, dialled, kEpoch1)) ==
+          Arbitration::kCloseNewDuplicate);
+  }
+}
+
+TEST_CASE("opposite directions, same epoch: the node-id rule even when the old one is ready", "[arbiter]") {
+  // Readiness is reached at different moments on the two nodes, so only the
+  // node ids may decide (see connection_arbiter.cc).
+  CHECK(ArbitrateConnections(kSmall, kLarge, Facts(true, true, kEpoch1), Facts(true, false, kEpoch1)) ==
+        Arbitration::kCloseNewDuplicate);
+  CHECK(ArbitrateConnections(kSmall, kLarge, Facts(true, false, kEpoch1), Facts(true, true, kEpoch1)) ==
+        Arbitration::kCloseOldDuplicate);
+  CHECK(ArbitrateConnections(kLarge, kSmall, Facts(true, true, kEpoch1), Facts(true, false, kEpoch1)) ==
+        Arbitration::kCloseOldDuplicate);
+  CHECK(ArbitrateConnections(kLarge, kSmall, Facts(true, false, kEpoch1), Facts(true, true, kEpoch1)) ==
+        Arbitration::kCloseNewDuplicate);
+}
+
+TEST_CASE("crossed dials agree whatever became ready first on either node", "[arbiter]") {
+  // X dialled by the small node, Y by the large one. On each node, either
+  // connection may become ready first (and so be `existing`), and
+  // `existing` may or may not be ready yet (or even have the peer's epoch).
+  const auto survivor = [](Arbitration a, char existing, char incoming) {
+    return a == Arbitration::kCloseNewDuplicate ? existing : incoming;
+  };
+  for (bool existing_ready : {true, false}) {
+    for (bool epoch_known : {true, false}) {
+      const std::string e1 = epoch_known ? kEpoch1 : "", e2 = epoch_known ? kEpoch2 : "";
+      for (bool small_x_first : {true, false}) {
+        for (bool large_x_first : {true, false}) {
+          // On the small node X is its dial; on the large node Y is.
+          const char on_small =
+              small_x_first ? survivor(ArbitrateConnections(kSmall, kLarge, Facts(existing_ready, true, e2),
+                                                            Facts(true, false, kEpoch2)),
+                                       'x', 'y')
+                            : survivor(ArbitrateConnections(kSmall, kLarge, Facts(existing_ready, false, e2),
+                                                            Facts(true, true, kEpoch2)),
+                                       'y', 'x');
+          const char on_large =
+              large_x_first ? survivor(ArbitrateConnections(kLarge, kSmall, Facts(existing_ready, false, e1),
+                                                            Facts(true, true, kEpoch1)),
+                                       'x', 'y')
+                            : survivor(ArbitrateConnections(kLarge, kSmall, Facts(existing_ready, true, e1),
+                                                            Facts(true, false, kEpoch1)),
+                                       'y', 'x');
+          CHECK(on_small == 'x');
+          CHECK(on_large == 'x');
+        }
+      }
     }
   }
 }
