@@ -484,6 +484,34 @@ std::vector<OptionSpec> BuildOptions() {
                      .help = "peer handshake deadline, seconds",
                      .apply = ApplyHandshakeTimeout,
                      .effective = [](const Settings& s) { return json::value(s.handshake_timeout.count()); }});
+  // Server-role round bounds (wire-protocol.md section 6, docs/operations.md).
+  options.push_back({.name = "round-timeout-s",
+                     .value_name = "S",
+                     .default_text = "30",
+                     .help = "server role: a peer's lookup round with pinned hits and no fetch is retired after S "
+                             "seconds, its pins released",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplySeconds(raw.front(), &s->round_timeout);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.round_timeout.count()); }});
+  options.push_back({.name = "unbound-timeout-s",
+                     .value_name = "S",
+                     .default_text = "60",
+                     .help = "server role: a disaggregated fetch still waiting for store supply after S seconds "
+                             "is answered transfer_done false",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplySeconds(raw.front(), &s->unbound_timeout);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.unbound_timeout.count()); }});
+  options.push_back({.name = "max-round-key-bytes",
+                     .value_name = "N",
+                     .default_text = "67108864",
+                     .help = "server role: key bytes (raw bytes + 128 a key) all open rounds of one peer connection "
+                             "may hold, 65536..1099511627776; beyond it a lookup answers all-miss, a fetch fails",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_round_key_bytes);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.max_round_key_bytes); }});
   options.push_back({.name = "log-level",
                      .value_name = "LEVEL",
                      .default_text = "info",

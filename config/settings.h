@@ -77,6 +77,13 @@ struct Settings {
   std::chrono::seconds load_timeout{30};
   std::chrono::seconds abort_ack_timeout{10};
   std::chrono::seconds handshake_timeout{10};
+  // Server-role round bounds (wire-protocol.md section 6): a peer's
+  // lookup-only round is retired after round_timeout, a disaggregated fetch
+  // still unsupplied after unbound_timeout fails, and the keys of one peer
+  // connection's open rounds hold at most max_round_key_bytes.
+  std::chrono::seconds round_timeout{30};
+  std::chrono::seconds unbound_timeout{60};
+  uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
   std::string log_level = "info";  // trace, debug, info, warn, error
   std::optional<HostPort> metrics_listen;  // --metrics-listen; unset = no HTTP metrics listener
   // Nothing before authentication (wire spec section 4, item 6): accepted

@@ -56,6 +56,9 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
   peers.abort_ack_timeout = settings.abort_ack_timeout;
   peers.max_peers = settings.max_peers;
   peers.max_rounds_per_peer = settings.max_rounds_per_peer;
+  peers.round_timeout = settings.round_timeout;
+  peers.unbound_timeout = settings.unbound_timeout;
+  peers.max_round_key_bytes = settings.max_round_key_bytes;
   peers.max_pending_lookups = settings.max_pending_lookups;
   peers.max_queued_bytes = settings.max_queued_bytes;
   peers.allow_address = MakeAllowAddress(settings);

@@ -102,6 +102,10 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.client.abort_ack_timeout = config_.abort_ack_timeout;
   session.server.block_len = model.block_len;
   session.server.max_rounds = config_.max_rounds_per_peer;
+  session.server.round_timeout = config_.round_timeout;
+  session.server.unsupplied_timeout = config_.unbound_timeout;
+  session.server.store_timeout = config_.unbound_timeout;
+  session.server.max_round_key_bytes = config_.max_round_key_bytes;
   session.random_token = RandomNonce;
   return session;
 }
@@ -381,6 +385,23 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
   for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
+  CountRoundEvents(connection, results.round_events);
+}
+
+// The server role's round bounds (wire-protocol.md section 6): timeouts are
+// counted; key-byte refusals are limit hits (counted and logged).
+void PeerManager::CountRoundEvents(PeerConnection& connection, const session::RoundEvents& events) {
+  if (events.empty()) return;
+  if (counters_ != nullptr) {
+    if (events.lookup_rounds_expired > 0) counters_->Add("rounds_expired_lookup", events.lookup_rounds_expired);
+    if (events.fetches_unsupplied > 0) counters_->Add("rounds_expired_unsupplied", events.fetches_unsupplied);
+  }
+  if (events.lookups_over_key_bytes > 0) {
+    OnLimitHit(connection, "max-round-key-bytes", events.lookups_over_key_bytes, "answered a lookup all-miss");
+  }
+  if (events.fetches_over_key_bytes > 0) {
+    OnLimitHit(connection, "max-round-key-bytes", events.fetches_over_key_bytes, "failed a fetch");
+  }
 }
 
 void PeerManager::OnConnectionClosed(PeerConnection& connection) {

@@ -66,6 +66,11 @@ struct PeerManagerConfig {
   session::Duration reap_after = std::chrono::seconds(60);
   // ServerConfig::max_rounds of every session.
   size_t max_rounds_per_peer = 0;
+  // ServerConfig::round_timeout, unsupplied_timeout (also store_timeout)
+  // and max_round_key_bytes of every session (wire-protocol.md section 6).
+  session::Duration round_timeout = std::chrono::seconds(30);
+  session::Duration unbound_timeout = std::chrono::seconds(60);
+  uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
   // Distinct probes of one request's open lookup round on one peer; beyond
   // it Lookup answers bad_request.
   size_t max_pending_lookups = 0;
@@ -197,6 +202,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   void DeliverResults(PeerConnection& connection);
   void BindSupply(PeerConnection& connection, const std::string& kv_request_id);
   void SweepUnboundSupply();
+  void CountRoundEvents(PeerConnection& connection, const session::RoundEvents& events);
   session::SessionConfig MakeSessionConfig() const;
 
   boost::asio::io_context& io_;

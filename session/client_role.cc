@@ -10,6 +10,7 @@
 #include "protocol/limits.h"
 #include "session/client_load_slots.h"
 #include "session/client_state.h"
+#include "session/frame_budget.h"
 
 namespace kvpeer::session {
 namespace {
@@ -147,6 +148,17 @@ Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const st
     if (index > protocol::kMaxBlockIndex)
       return Status::Invalid("block index " + std::to_string(index) + " exceeds 2^31 - 1");
   }
+  // A load is one fetch, and one fetch closes one round (a second fetch of
+  // a round is a violation), so a fetch that would not fit one frame is
+  // refused here rather than sent and answered by the peer closing the
+  // shared connection (docs/wire-protocol.md, "Splitting").
+  size_t header_bytes = 0;
+  for (const Key& key : keys) header_bytes += frame_budget::KeyBytes(key) + frame_budget::kBlockIndexBytes;
+  if (header_bytes > frame_budget::kKeysBudget) {
+    return Status::Invalid("a load's keys would take " + std::to_string(header_bytes) +
+                           " header bytes, more than one fetch frame holds (" +
+                           std::to_string(frame_budget::kKeysBudget) + "); load fewer or shorter keys at a time");
+  }
   if (!sink) return Status::Invalid("a load needs a slot sink");
   if (jobs_owing.contains(job_id)) return Status::Invalid("job id " + std::to_string(job_id) + " is already in flight");
   return CheckConfirmedHits(kv, keys);
@@ -177,12 +189,26 @@ Status ClientRole::Impl::CheckConfirmedHits(const std::string& kv, const std::ve
 size_t ClientRole::Impl::SendLookups(const std::string& kv, RequestState& st) {
   for (const Key& key : st.unsent) st.probes.at(key) = Probe::kSent;
   size_t sent = 0;
-  // One lookup normally; more only if the keys exceed one message's list limit.
-  for (size_t begin = 0; begin < st.unsent.size(); begin += protocol::kMaxListItems, ++sent) {
-    const size_t end = std::min(st.unsent.size(), begin + protocol::kMaxListItems);
-    std::vector<Key> keys(std::make_move_iterator(st.unsent.begin() + begin),
-                          std::make_move_iterator(st.unsent.begin() + end));
+  // One lookup normally; more when the keys exceed one message's list limit
+  // or header budget (wire spec section 6). Every part carries the open
+  // round: lookups of one round may be several (reference 5.3), each is
+  // answered on its own, and answers match by (round, key), so a probe
+  // split in parts still gets exactly one answer a key.
+  size_t begin = 0;
+  while (begin < st.unsent.size()) {
+    size_t end = begin;
+    size_t bytes = 0;
+    while (end < st.unsent.size() && end - begin < protocol::kMaxListItems) {
+      const size_t more = frame_budget::KeyBytes(st.unsent[end]);
+      if (end > begin && bytes + more > frame_budget::kKeysBudget) break;
+      bytes += more;
+      ++end;
+    }
+    std::vector<Key> keys(std::make_move_iterator(st.unsent.begin() + static_cast<std::ptrdiff_t>(begin)),
+                          std::make_move_iterator(st.unsent.begin() + static_cast<std::ptrdiff_t>(end)));
     Send(protocol::Lookup{kv, std::move(keys), *st.open_round});
+    ++sent;
+    begin = end;
   }
   st.unsent.clear();
   st.peer_lookup_open = true;

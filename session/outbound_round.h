@@ -46,6 +46,13 @@ struct OutboundRound {
   // The round is on the ServerRole's ready list. Keeps that work-list free
   // of duplicates and lets the round be unlisted when it ends early.
   bool scheduled = false;
+  // Key bytes charged to this round (ServerConfig::max_round_key_bytes),
+  // given back when it ends.
+  uint64_t key_bytes = 0;
+  // When the round times out (lookup-only: the round timeout; with
+  // disaggregated demand: the unsupplied timeout); set exactly when the
+  // round is on the ServerRole's deadline list.
+  std::optional<TimePoint> deadline;
 
   // Lookup pins waiting for the round's fetch (no demand yet). Held here so
   // that a slot stays pinned from the hit until the round ends.

@@ -321,6 +321,7 @@ void PeerSession::Impl::Close(const std::string& reason, bool notify_peer) {
   Append(closed_results.loads, client->TakeResults());
   Append(closed_results.stores, server->TakeStoreResults());
   Append(closed_results.new_fetch_ids, server->TakeNewFetchIds());
+  closed_results.round_events += server->TakeRoundEvents();
   if (notify_peer) DirectSend(protocol::Message(protocol::Disconnect{CapReason(reason)}));
   state = State::kClosed;
   close_reason = reason.empty() ? "closed" : reason;
@@ -339,6 +340,7 @@ SessionResults PeerSession::Impl::TakeResults() {
   Append(results.loads, client->TakeResults());
   Append(results.stores, server->TakeStoreResults());
   Append(results.new_fetch_ids, server->TakeNewFetchIds());
+  results.round_events += server->TakeRoundEvents();
   return results;
 }
 

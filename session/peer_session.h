@@ -73,6 +73,8 @@ struct SessionResults {
   std::vector<JobResult> stores;
   std::vector<std::string> failed_request_ids;
   std::vector<std::string> new_fetch_ids;
+  // The server role's round timeouts and key-byte refusals (ServerRole::TakeRoundEvents).
+  RoundEvents round_events;
 };
 
 struct SessionCounters {

@@ -8,6 +8,7 @@
 
 #include "protocol/limits.h"
 #include "session/abort_tombstones.h"
+#include "session/frame_budget.h"
 #include "session/outbound_round.h"
 #include "session/store_ledger.h"
 
@@ -24,6 +25,13 @@ std::string RoundName(const RoundKey& key) {
 
 std::string Seconds(Duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count()) + " s";
+}
+
+// What a message's keys count against ServerConfig::max_round_key_bytes.
+uint64_t ChargeOf(const std::vector<Key>& keys) {
+  uint64_t bytes = 0;
+  for (const Key& key : keys) bytes += key.size() + kRoundKeyOverhead;
+  return bytes;
 }
 
 // Everything the role holds for one kv_request_id; pruned when empty.
@@ -64,6 +72,24 @@ struct ServerRole::Impl {
   std::string close_reason;
   size_t open_rounds = 0;  // entries of every request's `rounds`
   uint64_t rounds_refused = 0;
+  uint64_t open_key_bytes = 0;  // sum of every open round's key_bytes
+  RoundEvents events;
+  // (deadline, round) of every round with a deadline, earliest first.
+  std::set<std::pair<TimePoint, RoundKey>> round_deadlines;
+
+  // `charge` more key bytes would pass config.max_round_key_bytes.
+  bool OverKeyBytes(uint64_t charge) const {
+    return config.max_round_key_bytes != 0 && open_key_bytes + charge > config.max_round_key_bytes;
+  }
+  void Charge(OutboundRound& round, uint64_t bytes) {
+    round.key_bytes += bytes;
+    open_key_bytes += bytes;
+  }
+  void SetDeadline(const RoundKey& key, OutboundRound& round, std::optional<TimePoint> at) {
+    if (round.deadline) round_deadlines.erase({*round.deadline, key});
+    round.deadline = at;
+    if (at) round_deadlines.emplace(*at, key);
+  }
 
   // A new round may not open (config.max_rounds).
   bool AtRoundLimit() const { return config.max_rounds != 0 && open_rounds >= config.max_rounds; }
@@ -100,6 +126,8 @@ struct ServerRole::Impl {
   void EndRound(RoundKey key, bool success, const std::string& reason, bool send_done);
   void EndIfStalled(const RoundKey& key);
   void Expire(JobId id);
+  void ExpireRound(const RoundKey& key);
+  void SendLookupResp(const protocol::Lookup& message, std::vector<bool> hits);
   size_t MaxBlocksPerFrame() const;
 };
 
@@ -121,12 +149,20 @@ bool ServerRole::Impl::Probe(OutboundRound& round, const Key& key) {
 void ServerRole::OnLookup(const protocol::Lookup& message) {
   Impl& s = *impl_;
   if (s.closed || message.keys.empty()) return;
-  if (s.AtRoundLimit() && !s.FindRound({message.kv_request_id, message.round_seq})) {
+  const RoundKey round_key{message.kv_request_id, message.round_seq};
+  const std::vector<bool> all_miss(message.keys.size(), false);
+  if (s.AtRoundLimit() && !s.FindRound(round_key)) {
     // Nothing is pinned or remembered: every key answers miss.
     ++s.rounds_refused;
-    s.send(OutFrame{protocol::LookupResp{message.kv_request_id, message.keys,
-                                         std::vector<bool>(message.keys.size(), false), message.round_seq},
-                    {}});
+    s.SendLookupResp(message, all_miss);
+    return;
+  }
+  // The keys of a lookup are charged whole (hits or not): an upper bound of
+  // what its round keeps, known before anything is pinned.
+  const uint64_t charge = ChargeOf(message.keys);
+  if (s.OverKeyBytes(charge)) {
+    ++s.events.lookups_over_key_bytes;
+    s.SendLookupResp(message, all_miss);
     return;
   }
   RequestState& request = s.requests[message.kv_request_id];
@@ -137,16 +173,47 @@ void ServerRole::OnLookup(const protocol::Lookup& message) {
   if (created) {
     round.lookup_supplied = true;
     ++s.open_rounds;
+    // Retired if no fetch comes (spec section 6): a peer that only probes
+    // cannot keep pins forever.
+    s.SetDeadline(round_key, round, s.clock() + s.config.round_timeout);
   }
+  // After the fetch nothing is parked for a later lookup, so nothing stays charged.
+  if (!round.has_demand) s.Charge(round, charge);
 
-  protocol::LookupResp response{message.kv_request_id, message.keys, {}, message.round_seq};
+  std::vector<bool> hits;
   std::map<Key, bool> answers;  // each distinct key is probed (and pinned) once
   for (const Key& key : message.keys) {
     auto [answer, fresh] = answers.try_emplace(key, false);
     if (fresh) answer->second = s.Probe(round, key);
-    response.hits.push_back(answer->second);
+    hits.push_back(answer->second);
   }
-  s.send(OutFrame{std::move(response), {}});
+  s.SendLookupResp(message, std::move(hits));
+}
+
+// The answer keys and hits in as many lookup_resp frames (all with the
+// lookup's round_seq) as the header limit needs: the consumer matches
+// answers by (round, key), so parts are as good as one frame. A lookup that
+// fit one frame has an answer at most 6 bytes a key longer.
+void ServerRole::Impl::SendLookupResp(const protocol::Lookup& message, std::vector<bool> hits) {
+  size_t begin = 0;
+  while (begin < message.keys.size()) {
+    size_t end = begin;
+    size_t bytes = 0;
+    while (end < message.keys.size() && end - begin < protocol::kMaxListItems) {
+      const size_t more = frame_budget::KeyBytes(message.keys[end]) + frame_budget::kHitBytes;
+      if (end > begin && bytes + more > frame_budget::kKeysBudget) break;
+      bytes += more;
+      ++end;
+    }
+    protocol::LookupResp part{message.kv_request_id,
+                              std::vector<Key>(message.keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                                               message.keys.begin() + static_cast<std::ptrdiff_t>(end)),
+                              std::vector<bool>(hits.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                hits.begin() + static_cast<std::ptrdiff_t>(end)),
+                              message.round_seq};
+    send(OutFrame{std::move(part), {}});
+    begin = end;
+  }
 }
 
 // ---- fetches ---------------------------------------------------------------
@@ -173,6 +240,13 @@ Status ServerRole::OnFetch(const protocol::Fetch& message) {
     s.send(OutFrame{protocol::TransferDone{message.kv_request_id, false, message.round_seq}, {}});
     return Status::Ok();
   }
+  // Only a disaggregated round keeps its fetch's keys (as unmatched demand);
+  // a symmetric fetch turns the round's pins into queued blocks.
+  if (!existing && s.OverKeyBytes(ChargeOf(message.keys))) {
+    ++s.events.fetches_over_key_bytes;
+    s.send(OutFrame{protocol::TransferDone{message.kv_request_id, false, message.round_seq}, {}});
+    return Status::Ok();
+  }
   RequestState& request = s.requests[message.kv_request_id];
   s.NoteNewFetch(message.kv_request_id);
   // A round without demand exists only because lookups created it.
@@ -185,6 +259,7 @@ Status ServerRole::OnFetch(const protocol::Fetch& message) {
 }
 
 void ServerRole::Impl::ServeSymmetric(const RoundKey& key, OutboundRound& round, const protocol::Fetch& message) {
+  SetDeadline(key, round, std::nullopt);  // the fetch came: the round ends by its transfer
   if (!round.AddSymmetricDemand(message.keys, message.block_indexes)) {
     // A key the lookup did not pin can never be supplied: fail now rather
     // than make the consumer wait for its load timeout (E34).
@@ -197,6 +272,11 @@ void ServerRole::Impl::ServeSymmetric(const RoundKey& key, OutboundRound& round,
 void ServerRole::Impl::ServePd(RequestState& request, const RoundKey& key, const protocol::Fetch& message) {
   OutboundRound& round = request.rounds[key.second];
   ++open_rounds;
+  Charge(round, ChargeOf(message.keys));
+  // Demand still unmet then fails the round (spec section 6): supply that a
+  // producer never stores cannot hold the round, its keys and its
+  // consumer's slots forever.
+  SetDeadline(key, round, clock() + config.unsupplied_timeout);
   round.AddPdDemand(message.keys, message.block_indexes);
   round.finishing = request.finishing;
   std::erase_if(request.unbound, [&](JobId id) {
@@ -267,6 +347,8 @@ bool ServerRole::Impl::TryBind(RequestState& request, const std::string& kv, Job
       const size_t queued = round.Offer(block_key, pin, id);
       if (queued == 0) continue;
       job.queued += queued;
+      // Supplied in full: the round now only sends, which no timer cuts short.
+      if (round.unmatched.empty()) SetDeadline({kv, seq}, round, std::nullopt);
       Schedule({kv, seq}, round);
       break;
     }
@@ -313,6 +395,8 @@ void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& r
   OutboundRound round = std::move(it->second);
   rit->second.rounds.erase(it);
   --open_rounds;
+  open_key_bytes -= round.key_bytes;
+  if (round.deadline) round_deadlines.erase({*round.deadline, key});
   if (round.scheduled) std::erase(ready, key);
   const std::string why = reason.empty() ? RoundName(key) + " failed" : reason;
   std::set<JobId> touched;
@@ -439,13 +523,44 @@ void ServerRole::Impl::Expire(JobId id) {
   Prune(kv);
 }
 
+// A round whose deadline passed: a lookup-only round is retired (its pins
+// dropped, no frame: the consumer never fetched); a disaggregated round
+// still waiting for supply gets its terminal, transfer_done{success:false}.
+// A round whose demand is all matched is only sending and keeps going.
+void ServerRole::Impl::ExpireRound(const RoundKey& key) {
+  OutboundRound* round = FindRound(key);
+  if (!round) return;
+  round->deadline.reset();  // the caller took it off the list
+  if (!round->has_demand) {
+    ++events.lookup_rounds_expired;
+    EndRound(key, false, RoundName(key) + ": no fetch within " + Seconds(config.round_timeout), false);
+  } else if (!round->unmatched.empty()) {
+    ++events.fetches_unsupplied;
+    EndRound(key, false, RoundName(key) + ": demand not supplied within " + Seconds(config.unsupplied_timeout),
+             /*send_done=*/true);
+  }
+}
+
 void ServerRole::OnTick() {
   Impl& s = *impl_;
   if (s.closed) return;
-  for (JobId id : s.ledger.Expired(s.clock())) s.Expire(id);
+  const TimePoint now = s.clock();
+  for (JobId id : s.ledger.Expired(now)) s.Expire(id);
+  while (!s.closed && !s.round_deadlines.empty() && s.round_deadlines.begin()->first <= now) {
+    const RoundKey key = s.round_deadlines.begin()->second;
+    s.round_deadlines.erase(s.round_deadlines.begin());
+    s.ExpireRound(key);
+  }
 }
 
-std::optional<TimePoint> ServerRole::NextDeadline() const { return impl_->ledger.NextDeadline(); }
+std::optional<TimePoint> ServerRole::NextDeadline() const {
+  std::optional<TimePoint> next = impl_->ledger.NextDeadline();
+  if (!impl_->round_deadlines.empty()) {
+    const TimePoint round = impl_->round_deadlines.begin()->first;
+    if (!next || round < *next) next = round;
+  }
+  return next;
+}
 
 std::vector<JobResult> ServerRole::TakeStoreResults() { return impl_->ledger.TakeResults(); }
 
@@ -467,6 +582,8 @@ std::vector<JobResult> ServerRole::Close(const std::string& reason) {
   s.close_reason = reason;
   s.requests.clear();  // drops every round's pins
   s.open_rounds = 0;
+  s.open_key_bytes = 0;
+  s.round_deadlines.clear();
   s.ready.clear();
   return s.ledger.CloseAll(reason);
 }
@@ -482,6 +599,10 @@ size_t ServerRole::RoundsServing() const {
 size_t ServerRole::RoundsOpen() const { return impl_->open_rounds; }
 
 uint64_t ServerRole::RoundsRefused() const { return impl_->rounds_refused; }
+
+uint64_t ServerRole::RoundKeyBytes() const { return impl_->open_key_bytes; }
+
+RoundEvents ServerRole::TakeRoundEvents() { return std::exchange(impl_->events, RoundEvents{}); }
 
 size_t ServerRole::TrackedRequests() const { return impl_->requests.size(); }
 

@@ -56,7 +56,24 @@ struct ServerConfig {
   // transfer_done{success:false}: refused work, never a protocol violation.
   // Rounds already open are served as usual.
   size_t max_rounds = 0;
+  // A lookup-only round (its hits pinned, no fetch yet) is retired this long
+  // after its first lookup: its pins are released, as if its fetch had been
+  // the terminal empty one (wire-protocol.md section 6, --round-timeout-s).
+  Duration round_timeout = std::chrono::seconds(30);
+  // A disaggregated-prefill fetch whose demand is still not all supplied
+  // this long after it arrived is answered transfer_done{success:false}
+  // (the unbound-store timeout, 60 s, the same as store_timeout).
+  Duration unsupplied_timeout = std::chrono::seconds(60);
+  // Key bytes all open rounds of this peer may hold together; 0 = no limit.
+  // A key counts its raw bytes plus kRoundKeyOverhead (the map node and
+  // string header that hold it). A lookup beyond it is answered all-miss,
+  // a fetch that would open a round beyond it transfer_done{success:false}
+  // (--max-round-key-bytes).
+  uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
 };
+
+// The fixed per-key charge of ServerConfig::max_round_key_bytes.
+inline constexpr uint64_t kRoundKeyOverhead = 128;
 
 class ServerRole {
  public:
@@ -90,7 +107,7 @@ class ServerRole {
   // that write, releases them and may send nothing.
   bool HasDataToSend() const;
 
-  // Fires store timeouts.
+  // Fires store, round and unsupplied-fetch timeouts.
   void OnTick();
   std::optional<TimePoint> NextDeadline() const;
 
@@ -109,6 +126,10 @@ class ServerRole {
   size_t RoundsOpen() const;
   // Lookups and fetches refused because max_rounds rounds were open.
   uint64_t RoundsRefused() const;
+  // Key bytes the open rounds hold (what max_round_key_bytes bounds).
+  uint64_t RoundKeyBytes() const;
+  // Timeouts and key-byte refusals since the last call.
+  RoundEvents TakeRoundEvents();
   // Request ids with any state left (rounds or unbound supply); 0 once
   // everything has ended. For tests and status.
   size_t TrackedRequests() const;

@@ -84,4 +84,27 @@ struct JobResult {
   std::string reason;  // empty on success; says why on failure
 };
 
+// What the server role did to bound a peer's rounds (wire-protocol.md
+// section 6, "Every round a peer opens on this node's server role ends" and
+// "bounded in bytes"), counted since the last time they were taken. The
+// daemon adds them to the node's counters (docs/operations.md).
+struct RoundEvents {
+  uint64_t lookup_rounds_expired = 0;   // lookup-only rounds retired by the round timeout
+  uint64_t fetches_unsupplied = 0;      // PD fetches failed by the unsupplied timeout
+  uint64_t lookups_over_key_bytes = 0;  // lookups answered all-miss: key-byte bound
+  uint64_t fetches_over_key_bytes = 0;  // fetches failed: key-byte bound
+
+  bool empty() const {
+    return lookup_rounds_expired == 0 && fetches_unsupplied == 0 && lookups_over_key_bytes == 0 &&
+           fetches_over_key_bytes == 0;
+  }
+  RoundEvents& operator+=(const RoundEvents& other) {
+    lookup_rounds_expired += other.lookup_rounds_expired;
+    fetches_unsupplied += other.fetches_unsupplied;
+    lookups_over_key_bytes += other.lookups_over_key_bytes;
+    fetches_over_key_bytes += other.fetches_over_key_bytes;
+    return *this;
+  }
+};
+
 }  // namespace kvpeer::session
