@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "config/printable.h"
 #include "config/version.h"
 #include "daemon/engine_session.h"
 #include "daemon/json_request.h"
@@ -41,7 +40,7 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
                             std::to_string(engines_.size()) +
                             " engine sessions; one must end first, or raise --max-engines";
     limits_.Hit(&counters_, "limit_max_engines",
-                "engine '" + config::Printable(client) + "' (pid " + std::to_string(credentials.pid) + ") refused: " + why);
+                "engine '" + client + "' (pid " + std::to_string(credentials.pid) + ") refused: " + why);
     return Fail(ErrorCode::kConflict, why);
   }
 
@@ -49,7 +48,7 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
   *session = std::make_shared<EngineSession>(*this, id, client, settings.block_len, credentials);
   engines_[id] = session->get();
   counters_.Add("engines_admitted");
-  spdlog::info("engine '{}' (pid {}) said hello as engine {}", config::Printable(client), credentials.pid, id);
+  spdlog::info("engine '{}' (pid {}) said hello as engine {}", client, credentials.pid, id);
   (*response)["node_id"] = node_id_;
   (*response)["version"] = kVersion;
   (*response)["wire_version"] = kWireVersion;
@@ -89,7 +88,7 @@ void EngineRegistry::OnStoreResult(const session::JobResult& result) {
   if (!result.success) {
     counters_.Add("store_failures_" + std::string(kStoreFailureLabels[ClassifyStoreFailure(result.reason)]));
     spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id,
-                 config::Printable(result.kv_request_id), config::Printable(result.reason));
+                 result.kv_request_id, result.reason);
   }
   int64_t engine_job = 0;
   if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {

@@ -8,7 +8,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
-#include "config/printable.h"
 #include "daemon/json_request.h"
 
 namespace kvpeer::daemon {
@@ -119,8 +118,8 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
   registry_.index().AddEngine(id_, region_, [weak](BlockIndex slot) {
     if (auto session = weak.lock(); session && !session->closed_) session->jobs_.OnReleased(slot);
   });
-  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, config::Printable(client_), num_blocks,
-               block_len_, use_fd ? "passed descriptor" : config::Printable(*path));
+  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks,
+               block_len_, use_fd ? "passed descriptor" : *path);
   (*response)["region_id"] = region_id_;
   (*response)["bytes"] = region_->bytes();
   return std::nullopt;
@@ -384,7 +383,7 @@ void EngineSession::Close() {
   stored_kv_ids_.clear();
   // In-flight loads and pins keep the mapping until they end.
   region_.reset();
-  spdlog::info("engine {} '{}' (pid {}) closed: {} requests finished, {} jobs dropped", id_, config::Printable(client_),
+  spdlog::info("engine {} '{}' (pid {}) closed: {} requests finished, {} jobs dropped", id_, client_,
                credentials_.pid, requests.size(), open_jobs);
 }
 
