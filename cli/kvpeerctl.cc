@@ -16,6 +16,7 @@
 #include "cli/control_client.h"
 #include "cli/status_view.h"
 #include "config/host_port.h"
+#include "config/printable.h"
 #include "config/settings.h"
 #include "config/version.h"
 
@@ -135,7 +136,8 @@ std::string DaemonError(const std::string& command, const json::object& response
       message = it->value().as_string();
     }
   }
-  return "kvpeerctl: " + command + " failed: " + code + ": " + message + "\n";
+  // The message may quote a peer's or an engine's strings.
+  return "kvpeerctl: " + command + " failed: " + kvpeer::config::Printable(code) + ": " + kvpeer::config::Printable(message) + "\n";
 }
 
 // What a successful answer prints.

@@ -6,6 +6,8 @@
 #include <optional>
 #include <vector>
 
+#include "config/printable.h"
+
 namespace kvpeer::cli {
 namespace {
 
@@ -28,7 +30,9 @@ std::optional<uint64_t> AsCount(const json::value* value) {
 
 std::string Text(const json::value* value) {
   if (value == nullptr || value->is_null()) return "-";
-  if (value->is_string()) return std::string(value->as_string());
+  // Peer ids, reasons and client names come from peers and engines:
+  // control characters are escaped so they cannot drive the terminal.
+  if (value->is_string()) return config::Printable(value->as_string());
   return json::serialize(*value);
 }
 
@@ -108,7 +112,7 @@ void PrintCounters(const json::object& status, std::ostream& out) {
     return;
   }
   std::vector<Row> rows;
-  for (const auto& entry : counters->as_object()) rows.push_back({std::string(entry.key()), Text(&entry.value())});
+  for (const auto& entry : counters->as_object()) rows.push_back({config::Printable(entry.key()), Text(&entry.value())});
   PrintTable({"COUNTER", "VALUE"}, rows, out);
 }
 

@@ -269,6 +269,17 @@ std::string ApplyPeerReapAfter(const std::vector<std::string>& raw, Settings* s)
   return ApplySeconds(raw.front(), &s->peer_reap_after);
 }
 
+std::string ApplyMaxControlConnections(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyCount(raw.front(), 1, 65536, &s->max_control_connections);
+}
+
+std::string ApplyMaxRegionBytes(const std::vector<std::string>& raw, Settings* s) {
+  uint64_t bytes = 0;
+  std::string why = ApplyCount(raw.front(), 4096, uint64_t{1} << 62, &bytes);
+  if (why.empty()) s->max_region_bytes = bytes;
+  return why;
+}
+
 std::string ApplyPath(const std::string& raw, std::string* out) {
   if (raw.empty()) return "'' is empty; allowed: the path of a PEM file";
   *out = raw;  // read and checked once all options are known
@@ -449,6 +460,19 @@ std::vector<OptionSpec> BuildOptions() {
                              "the connection stops reading until its queue drains",
                      .apply = ApplyMaxQueuedBytes,
                      .effective = [](const Settings& s) { return json::value(s.max_queued_bytes); }});
+  options.push_back({.name = "max-control-connections",
+                     .value_name = "N",
+                     .default_text = "256",
+                     .help = "control-socket connections at once, 1..65536; one beyond gets one conflict line and "
+                             "is closed",
+                     .apply = ApplyMaxControlConnections,
+                     .effective = [](const Settings& s) { return json::value(s.max_control_connections); }});
+  options.push_back({.name = "max-region-bytes",
+                     .value_name = "N",
+                     .help = "bytes of engine regions mapped at once, node-wide, 4096..2^62; a register_region "
+                             "beyond it answers conflict (default: the machine's physical memory)",
+                     .apply = ApplyMaxRegionBytes,
+                     .effective = [](const Settings& s) { return json::value(EffectiveMaxRegionBytes(s)); }});
   options.push_back({.name = "tls-cert",
                      .value_name = "FILE",
                      .help = "TLS 1.3 for peer connections: this node's PEM certificate chain (tls-cert, tls-key "
@@ -762,6 +786,14 @@ std::optional<std::string> DefaultNodeId(const HostPort& listen) {
   // A hostname that is not a valid HOST would make an unusable peer name.
   if (!ParseHostPort(std::string(name) + ":1")) return std::nullopt;
   return FormatHostPort({name, listen.port});
+}
+
+uint64_t EffectiveMaxRegionBytes(const Settings& settings) {
+  if (settings.max_region_bytes) return *settings.max_region_bytes;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{1} << 62;  // unknown: no bound but the kernel's
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
 }
 
 std::string ResolveNodeId(const Settings& settings, uint16_t bound_port) {

@@ -40,6 +40,7 @@ inline constexpr uint64_t kDefaultMaxEngines = 64;
 inline constexpr uint64_t kDefaultMaxRoundsPerPeer = 4096;
 inline constexpr uint64_t kDefaultMaxPendingLookups = 65536;
 inline constexpr uint64_t kDefaultMaxQueuedBytes = 64ull * 1024 * 1024;
+inline constexpr uint64_t kDefaultMaxControlConnections = 256;
 
 // Settings{} holds every default except node_id, which depends on the
 // listen address and the hostname (ParseCommandLine derives it).
@@ -69,6 +70,10 @@ struct Settings {
   uint64_t max_rounds_per_peer = kDefaultMaxRoundsPerPeer;
   uint64_t max_pending_lookups = kDefaultMaxPendingLookups;
   uint64_t max_queued_bytes = kDefaultMaxQueuedBytes;
+  // Control socket and engine regions (control-api.md section 4); unset
+  // max_region_bytes = the machine's physical memory.
+  uint64_t max_control_connections = kDefaultMaxControlConnections;
+  std::optional<uint64_t> max_region_bytes;
   // TLS for peer connections (PEM files): all three or none; none = plain
   // TCP. The key file must not be readable by group or others.
   std::string tls_cert;
@@ -160,5 +165,8 @@ std::optional<std::string> DefaultNodeId(const HostPort& listen);
 // is; a derived one with `bound_port`, so "--listen 0.0.0.0:0" yields the
 // real port rather than ":0".
 std::string ResolveNodeId(const Settings& settings, uint16_t bound_port);
+
+// --max-region-bytes, or the machine's physical memory when unset.
+uint64_t EffectiveMaxRegionBytes(const Settings& settings);
 
 }  // namespace kvpeer::config

@@ -1,6 +1,7 @@
 #include "daemon/block_index.h"
 
 #include <utility>
+#include <vector>
 
 namespace kvpeer::daemon {
 
@@ -113,8 +114,10 @@ void NodeBlockIndex::RemoveEngine(EngineId engine) {
   auto it = engines_.find(engine);
   if (it == engines_.end()) return;
   it->second->on_released = nullptr;
+  // Only this engine's holdings go; other engines holding the same keys keep them.
   for (auto key = keys_.begin(); key != keys_.end();) {
-    key = key->second.engine == engine ? keys_.erase(key) : std::next(key);
+    std::erase_if(key->second, [engine](const Location& holder) { return holder.engine == engine; });
+    key = key->second.empty() ? keys_.erase(key) : std::next(key);
   }
   // Pins may outlive this; they find no keys and report to nobody.
   for (auto slot = it->second->slots.begin(); slot != it->second->slots.end();) {
@@ -125,19 +128,27 @@ void NodeBlockIndex::RemoveEngine(EngineId engine) {
   engines_.erase(it);
 }
 
+NodeBlockIndex::Location* NodeBlockIndex::Holding(std::vector<Location>& holders, EngineId engine) {
+  for (Location& holder : holders) {
+    if (holder.engine == engine) return &holder;
+  }
+  return nullptr;
+}
+
 size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys,
                                const std::vector<SlotId>& block_ids) {
   Engine& owner = *engines_.at(engine);
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, inserted] = keys_.try_emplace(keys[i], Location{engine, block_ids[i]});
-    if (!inserted) {
-      const Location old = it->second;
-      if (old.engine == engine && old.slot == block_ids[i]) continue;  // already there
-      // A move: the old slot may become free without its engine asking.
-      Engine& previous = *engines_.at(old.engine);
+    std::vector<Location>& holders = keys_[keys[i]];
+    if (Location* held = Holding(holders, engine)) {
+      if (held->slot == block_ids[i]) continue;  // already there
+      // A move of this engine's own holding: its old slot may become free,
+      // and the engine hears of it (its own request caused it).
       bool pinned = false;
-      if (previous.Withdraw(old.slot, &pinned)) previous.Released(old.slot);
-      it->second = Location{engine, block_ids[i]};
+      if (owner.Withdraw(held->slot, &pinned)) owner.Released(held->slot);
+      held->slot = block_ids[i];
+    } else {
+      holders.push_back(Location{engine, block_ids[i]});
     }
     SlotState& slot = owner.slots[block_ids[i]];
     ++slot.keys;
@@ -155,9 +166,12 @@ UnpublishResult NodeBlockIndex::Unpublish(EngineId engine, const std::vector<Key
   if (owner == engines_.end()) return result;
   for (const Key& key : keys) {
     auto it = keys_.find(key);
-    if (it == keys_.end() || it->second.engine != engine) continue;
-    const SlotId slot = it->second.slot;
-    keys_.erase(it);
+    if (it == keys_.end()) continue;
+    Location* held = Holding(it->second, engine);
+    if (held == nullptr) continue;  // another engine's holding is not this one's to withdraw
+    const SlotId slot = held->slot;
+    std::erase_if(it->second, [engine](const Location& holder) { return holder.engine == engine; });
+    if (it->second.empty()) keys_.erase(it);
     bool pinned = false;
     if (owner->second->Withdraw(slot, &pinned)) result.released.push_back(slot);
     if (pinned) result.pinned.push_back(slot);
@@ -167,8 +181,15 @@ UnpublishResult NodeBlockIndex::Unpublish(EngineId engine, const std::vector<Key
 
 session::PinRef NodeBlockIndex::PinIfPublished(const Key& key) {
   auto it = keys_.find(key);
-  if (it == keys_.end()) return nullptr;
-  return std::make_shared<SlotPin>(engines_.at(it->second.engine), it->second.slot, nullptr);
+  if (it == keys_.end() || it->second.empty()) return nullptr;
+  // Any holder may serve; the earliest one does.
+  const Location& holder = it->second.front();
+  return std::make_shared<SlotPin>(engines_.at(holder.engine), holder.slot, nullptr);
+}
+
+uint32_t NodeBlockIndex::holders(const Key& key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? 0 : static_cast<uint32_t>(it->second.size());
 }
 
 session::PinRef NodeBlockIndex::Pin(EngineId engine, SlotId slot, std::shared_ptr<const void> attachment) {

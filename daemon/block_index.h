@@ -1,17 +1,23 @@
 // NodeBlockIndex: the node-wide index of published keys over every local
 // engine's region, and the pins that keep source blocks stable.
 //
-// A key names at most one (engine, block id) on the node; publishing a key
-// again, by the same or another engine, moves it. The server role answers
-// peers' lookups from here without involving any engine.
+// A key may be held by several engines of the node, each at one of its own
+// slots (docs/control-api.md section 2, publish): a peer's lookup hits
+// while any engine holds it and any holder may serve it; each engine's
+// unpublish or exit withdraws only its own holding; an engine publishing a
+// key it already holds at another slot moves its own holding. No engine's
+// request touches another engine's holding, so no engine is ever told a
+// slot is free because of another engine. The server role answers peers'
+// lookups from here without involving any engine.
 //
 // Slot lifecycle. A slot is "in use" while a key is published at it or a pin
 // reads it. When an engine stops publishing a slot (unpublish, a key moved
 // away, or an engine's disconnect) the slot is free at once unless pinned;
 // a pinned one is reported free, through the engine's `on_released`
 // callback, when its last pin drops. Slots that become free without a
-// request of the owning engine (a key moved away) are reported through the
-// same callback at once, so an engine learns of every slot it may reuse.
+// request of the owning engine asking for them (its own key moved away by
+// a re-publish) are reported through the same callback at once, so an
+// engine learns of every slot it may reuse.
 //
 // Pins are shared_ptrs (session::PinRef) whose destruction unpins. A pin
 // holds the engine's region, so a region stays mapped while any pin of it
@@ -76,8 +82,10 @@ class NodeBlockIndex : public session::BlockIndex {
   size_t published(EngineId engine) const;
   // Live pins of one slot (tests, diagnostics).
   uint32_t live_pins(EngineId engine, protocol::BlockIndex slot) const;
-  // Keys published on the node.
+  // Distinct keys published on the node.
   size_t size() const { return keys_.size(); }
+  // Engines holding `key` now (tests, diagnostics).
+  uint32_t holders(const protocol::Key& key) const;
   // Live pins on the node (metrics), also those of engines gone already.
   uint64_t pins_total() const { return *live_pins_; }
 
@@ -90,7 +98,11 @@ class NodeBlockIndex : public session::BlockIndex {
     protocol::BlockIndex slot;
   };
 
-  std::unordered_map<protocol::Key, Location> keys_;
+  // `engine`'s holding among `holders`, or null.
+  static Location* Holding(std::vector<Location>& holders, EngineId engine);
+
+  // Holders in publish order; never empty (a key without holders is erased).
+  std::unordered_map<protocol::Key, std::vector<Location>> keys_;
   std::unordered_map<EngineId, std::shared_ptr<Engine>> engines_;
   // Shared with every engine's state, so a pin outliving the index counts down safely.
   std::shared_ptr<uint64_t> live_pins_;

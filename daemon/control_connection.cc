@@ -56,7 +56,7 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
   std::vector<char> buffer(kChunkBytes);
   boost::system::error_code ec;
   while (!closed_) {
-    if (queue_.size() >= kMaxQueuedLines) {
+    if (ReadAheadFull()) {
       reader_wake_.expires_at(asio::steady_timer::time_point::max());
       co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
@@ -74,6 +74,10 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
     }
   }
   EndInput();
+}
+
+bool ControlConnection::ReadAheadFull() const {
+  return queue_.size() >= kMaxQueuedLines || unanswered_bytes() >= kMaxUnansweredBytes;
 }
 
 ssize_t ControlConnection::Receive(char* buffer, size_t size) {
@@ -106,6 +110,7 @@ bool ControlConnection::Split(const char* data, size_t size) {
     if (partial_.size() + take > kMaxControlLineBytes) return false;
     partial_.append(data, take);
     if (newline == nullptr) break;
+    unanswered_bytes_ += partial_.size() + 1;
     queue_.push_back(ControlLine{std::move(partial_), std::move(partial_fds_)});
     partial_.clear();
     partial_fds_.clear();
@@ -137,7 +142,7 @@ asio::awaitable<void> ControlConnection::ProcessLoop(std::shared_ptr<ControlConn
     }
     ControlLine line = std::move(queue_.front());
     queue_.pop_front();
-    reader_wake_.cancel();
+    const size_t line_bytes = line.text.size() + 1;
     // Named, not a temporary inside co_await: GCC 12 mishandles some
     // temporaries in co_await operands.
     asio::awaitable<std::string> handling = handler_->HandleLine(self, std::move(line));
@@ -146,6 +151,9 @@ asio::awaitable<void> ControlConnection::ProcessLoop(std::shared_ptr<ControlConn
     response.push_back('\n');
     co_await asio::async_write(socket_, asio::buffer(response), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) break;
+    // Answered: the reader may read that much more.
+    unanswered_bytes_ -= line_bytes;
+    reader_wake_.cancel();
   }
   Close();
 }

@@ -6,7 +6,12 @@
 // collects file descriptors passed with SCM_RIGHTS, and a processor that
 // hands each line to the ControlHandler and writes the responses in request
 // order. Reading ahead is what lets the daemon notice an engine's exit
-// while a long poll is still waiting; it is bounded by a small queue.
+// while a long poll is still waiting; it is bounded by a small queue and by
+// kMaxUnansweredBytes: request bytes received and not yet answered (queued
+// lines, the line being handled, the partial line). At the bound the reader
+// stops reading the socket until answers drain, so a client that pipelines
+// large lines without reading its answers holds at most that much
+// (docs/control-api.md section 4).
 //
 // A descriptor belongs to the line whose first byte arrived together with
 // it (the kernel never merges data of two sendmsg calls that carry
@@ -40,6 +45,8 @@ class ControlConnection;
 class EngineSession;
 
 inline constexpr size_t kMaxControlLineBytes = 16u * 1024 * 1024;  // not counting the newline
+// Request bytes one connection may have sent and not had answered.
+inline constexpr size_t kMaxUnansweredBytes = 32u * 1024 * 1024;
 
 // One request line and the descriptors that arrived with it.
 struct ControlLine {
@@ -81,6 +88,8 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   bool input_ended() const { return input_ended_; }
   // Closed or stopped: the handler must not be used on its behalf.
   bool closed() const { return closed_; }
+  // Request bytes received and not yet answered (tests, diagnostics).
+  size_t unanswered_bytes() const { return unanswered_bytes_ + partial_.size(); }
 
  private:
   // Each coroutine holds `self`, which keeps the connection alive.
@@ -91,6 +100,8 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   // Splits `size` new bytes into lines. False when a line is too long.
   bool Split(const char* data, size_t size);
   void EndInput();
+  // The reader must wait for answers to drain before reading more.
+  bool ReadAheadFull() const;
   // Closes the socket and the engine session, then tells the handler.
   void Close();
 
@@ -102,6 +113,7 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   std::string partial_;               // the line being assembled
   std::vector<UniqueFd> partial_fds_;  // descriptors that arrived with it
   std::deque<ControlLine> queue_;      // complete lines not answered yet
+  size_t unanswered_bytes_ = 0;        // of queue_ and the line being handled
   bool too_large_ = false;             // the reader found an over-long line
   bool input_ended_ = false;
   bool closed_ = false;

@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/version.h"
+#include "daemon/accept_backoff.h"
 #include "daemon/engine_session.h"
 #include "daemon/json_request.h"
 #include "daemon/metrics_text.h"
@@ -124,17 +125,19 @@ void ControlServer::Stop() {
 }
 
 asio::awaitable<void> ControlServer::AcceptLoop(std::shared_ptr<AcceptState> state) {
+  AcceptBackoff backoff("control socket");
   for (;;) {
     boost::system::error_code ec;
     Local::socket socket = co_await state->acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (state->server == nullptr || !state->acceptor.is_open()) co_return;
     if (!ec) {
+      backoff.Succeeded();
       state->server->OnAccepted(std::move(socket));
       continue;
     }
-    // E.g. out of descriptors: say so and retry shortly instead of spinning.
-    spdlog::warn("control socket accept failed: {}", ec.message());
-    asio::steady_timer pause(state->acceptor.get_executor(), std::chrono::milliseconds(100));
+    // E.g. out of descriptors (EMFILE): the connection stays queued, so
+    // retrying at once would spin. Pause and log at most once a second.
+    asio::steady_timer pause(state->acceptor.get_executor(), backoff.Failed(ec));
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (state->server == nullptr) co_return;
   }
@@ -163,12 +166,32 @@ void ControlServer::OnAccepted(Local::socket socket) {
     engines_.counters().Add("control_connections_refused");
     return;
   }
+  if (options_.max_connections != 0 && connections_.size() >= options_.max_connections) {
+    RefuseOverLimit(socket, credentials);
+    return;  // `socket` closes here
+  }
   spdlog::info("control connection from pid {} uid {} gid {}", peer.pid, peer.uid, peer.gid);
   engines_.counters().Add("control_connections");
   ControlHandler* handler = this;
   auto connection = std::make_shared<ControlConnection>(std::move(socket), credentials, handler);
   connections_[connection.get()] = connection;
   connection->Start();
+}
+
+void ControlServer::RefuseOverLimit(Local::socket& socket, const PeerCredentials& credentials) {
+  const std::string limit = "max-control-connections (" + std::to_string(options_.max_connections) + ") reached";
+  limits_.Hit(&engines_.counters(), "limit_max_control_connections",
+              limit + ": refused a control connection from pid " + std::to_string(credentials.pid) + " uid " +
+                  std::to_string(credentials.uid));
+  const std::string line =
+      Answer(nullptr,
+             Fail(ErrorCode::kConflict, limit + ": " + std::to_string(connections_.size()) +
+                                            " control connections are open; retry after one closes"),
+             {}) +
+      "\n";
+  // A fresh socket's send buffer is empty, so one short line fits without
+  // blocking; if not, the client just sees the close.
+  (void)::send(socket.native_handle(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void ControlServer::OnConnectionClosed(ControlConnection* connection) {

@@ -31,6 +31,7 @@
 #include "daemon/api_error.h"
 #include "daemon/control_connection.h"
 #include "daemon/engine_registry.h"
+#include "daemon/limit_reporter.h"
 
 namespace kvpeer::daemon {
 
@@ -46,6 +47,9 @@ struct ControlServerOptions {
   // daemon's own uid is always allowed.
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
+  // --max-control-connections: one beyond is answered one conflict line
+  // and closed (docs/control-api.md section 4). 0 = no limit.
+  size_t max_connections = 256;
 };
 
 class ControlServer : private ControlHandler {
@@ -89,6 +93,9 @@ class ControlServer : private ControlHandler {
   static boost::asio::awaitable<void> AcceptLoop(std::shared_ptr<AcceptState> state);
   void OnAccepted(boost::asio::local::stream_protocol::socket socket);
   bool Allowed(const PeerCredentials& credentials) const;
+  // Answers a connection beyond --max-control-connections with one
+  // conflict line; the caller then drops (closes) it.
+  void RefuseOverLimit(boost::asio::local::stream_protocol::socket& socket, const PeerCredentials& credentials);
   ApiStatus RemoveStaleSocket() const;
 
   // ControlHandler.
@@ -116,6 +123,7 @@ class ControlServer : private ControlHandler {
   std::shared_ptr<AcceptState> accept_;
   std::map<ControlConnection*, std::shared_ptr<ControlConnection>> connections_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  LimitReporter limits_;
   bool listening_ = false;
   bool shutting_down_ = false;
 };

@@ -103,6 +103,7 @@ struct Daemon::Parts {
         watchdog_timer(io) {
     engines.set_peer_service(&peers);
     engines.set_max_engines(settings.max_engines);
+    engines.set_max_region_bytes(config::EffectiveMaxRegionBytes(settings));
     peers.set_counters(&engines.counters());
   }
 
@@ -154,6 +155,7 @@ int Daemon::Run() {
   options.socket_group = settings_.socket_group;
   options.allow_uids = settings_.allow_uids;
   options.allow_gids = settings_.allow_gids;
+  options.max_connections = settings_.max_control_connections;
   parts_->control = std::make_unique<ControlServer>(io_, std::move(options), parts_->engines);
   if (ApiStatus error = parts_->control->Start()) {
     spdlog::error("cannot open control socket: {}", error->message);

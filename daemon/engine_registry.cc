@@ -87,8 +87,8 @@ void EngineRegistry::OnStoreResult(const session::JobResult& result) {
   counters_.Add(result.success ? "store_results_succeeded" : "store_results_failed");
   if (!result.success) {
     counters_.Add("store_failures_" + std::string(kStoreFailureLabels[ClassifyStoreFailure(result.reason)]));
-    spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id, result.kv_request_id,
-                 result.reason);
+    spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id,
+                 result.kv_request_id, result.reason);
   }
   int64_t engine_job = 0;
   if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
@@ -118,6 +118,36 @@ bool EngineRegistry::ClaimKv(const std::string& peer, const std::string& kv_requ
 
 void EngineRegistry::ReleaseKv(const std::string& peer, const std::string& kv_request_id) {
   kv_users_.erase({peer, kv_request_id});
+}
+
+std::optional<EngineId> EngineRegistry::SupplyOwner(const std::string& kv_request_id) const {
+  auto owner = supply_owners_.find(kv_request_id);
+  if (owner == supply_owners_.end()) return std::nullopt;
+  return owner->second;
+}
+
+void EngineRegistry::ClaimSupply(const std::string& kv_request_id, EngineId engine) {
+  supply_owners_.try_emplace(kv_request_id, engine);
+}
+
+void EngineRegistry::ReleaseSupply(const std::string& kv_request_id, EngineId engine) {
+  auto owner = supply_owners_.find(kv_request_id);
+  if (owner != supply_owners_.end() && owner->second == engine) supply_owners_.erase(owner);
+}
+
+ApiStatus EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge) {
+  const uint64_t mapped = *region_bytes_;
+  if (max_region_bytes_ != 0 && (bytes > max_region_bytes_ || mapped > max_region_bytes_ - bytes)) {
+    const std::string why = "max-region-bytes (" + std::to_string(max_region_bytes_) + ") reached: " +
+                            std::to_string(mapped) + " bytes of engine regions are mapped and this region needs " +
+                            std::to_string(bytes) + "; a smaller region, or raise --max-region-bytes";
+    limits_.Hit(&counters_, "limit_max_region_bytes", "register_region refused: " + why);
+    return Fail(ErrorCode::kConflict, why);
+  }
+  *region_bytes_ += bytes;
+  std::shared_ptr<uint64_t> total = region_bytes_;
+  *charge = std::shared_ptr<const void>(nullptr, [total, bytes](const void*) { *total -= bytes; });
+  return std::nullopt;
 }
 
 void EngineRegistry::Unregister(EngineId engine) { engines_.erase(engine); }

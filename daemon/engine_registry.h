@@ -63,6 +63,10 @@ class EngineRegistry : public ResultSink {
   // --max-engines: a hello beyond this many engine sessions answers
   // conflict (counted as limit_max_engines). 0 = no limit.
   void set_max_engines(size_t max_engines) { max_engines_ = max_engines; }
+  // --max-region-bytes: bytes of engine regions mapped at once, node-wide;
+  // a register_region beyond it answers conflict (counted as
+  // limit_max_region_bytes). 0 = no limit.
+  void set_max_region_bytes(uint64_t max_region_bytes) { max_region_bytes_ = max_region_bytes; }
 
   // The `hello` op: checks the engine's settings against the node's and
   // opens its session. On success *session is set and *response holds
@@ -98,6 +102,20 @@ class EngineRegistry : public ResultSink {
   // REQUIRES: no other engine uses it. Returns true when newly claimed.
   bool ClaimKv(const std::string& peer, const std::string& kv_request_id, EngineId engine);
   void ReleaseKv(const std::string& peer, const std::string& kv_request_id);
+  // Store supply is its engine's (docs/control-api.md section 2, store):
+  // the engine that supplies `kv_request_id`, if any.
+  std::optional<EngineId> SupplyOwner(const std::string& kv_request_id) const;
+  // REQUIRES: no other engine supplies it.
+  void ClaimSupply(const std::string& kv_request_id, EngineId engine);
+  // Only `engine`'s claim is released.
+  void ReleaseSupply(const std::string& kv_request_id, EngineId engine);
+  // Reserves `bytes` of --max-region-bytes for one region: conflict naming
+  // the limit when it does not fit. On success *charge holds the bytes
+  // until it is destroyed (the region holds it, so a region still mapped
+  // for a transfer after its engine left still counts).
+  ApiStatus ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge);
+  // Bytes of engine regions mapped now.
+  uint64_t region_bytes() const { return *region_bytes_; }
   // The session is closing; it gets nothing more.
   void Unregister(EngineId engine);
 
@@ -116,6 +134,10 @@ class EngineRegistry : public ResultSink {
   PeerService* peers_ = nullptr;
   Counters counters_;
   size_t max_engines_ = 0;
+  uint64_t max_region_bytes_ = 0;
+  // Shared with every charge, so a region outliving the registry counts down safely.
+  std::shared_ptr<uint64_t> region_bytes_ = std::make_shared<uint64_t>(0);
+  std::map<std::string, EngineId> supply_owners_;  // kv_request_id -> the engine storing for it
   LimitReporter limits_;
 
   EngineId next_engine_ = 1;

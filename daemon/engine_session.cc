@@ -91,18 +91,26 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
                                           ") is already registered; one region per engine session");
   }
   const RegionShape shape{num_blocks, block_len_, offset.value_or(0)};
+  // The mapped size counts against --max-region-bytes, checked before
+  // anything is opened: a sparse file costs no disk but its whole size in
+  // address space. (An overflowing size is refused by the mapping below.)
+  std::shared_ptr<const void> charge;
+  uint64_t bytes = 0;
+  if (!__builtin_mul_overflow(num_blocks, block_len_, &bytes)) {
+    if (ApiStatus full = registry_.ChargeRegion(bytes, &charge)) return full;
+  }
   std::shared_ptr<ShmRegion> region;
   ApiStatus mapped;
   if (use_fd) {
     mapped = ShmRegion::MapFd(fd.get(), shape, &region);
   } else {
-    // An engine running as another (non-root) user than the daemon may only
-    // name files it owns: the daemon must not serve files the engine could
-    // not read itself.
-    const bool check_owner = credentials_.uid != 0 && credentials_.uid != ::geteuid();
-    mapped = ShmRegion::MapPath(*path, shape, check_owner ? std::optional(credentials_.uid) : std::nullopt, &region);
+    // The file must be the engine's own (SO_PEERCRED uid): the daemon may
+    // run with more rights than the engine and must not serve files the
+    // engine could not read itself.
+    mapped = ShmRegion::MapPath(*path, shape, credentials_.uid, &region);
   }
   if (mapped) return mapped;
+  region->Hold(std::move(charge));
 
   region_ = std::move(region);
   region_id_ = id_;
@@ -110,8 +118,8 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
   registry_.index().AddEngine(id_, region_, [weak](BlockIndex slot) {
     if (auto session = weak.lock(); session && !session->closed_) session->jobs_.OnReleased(slot);
   });
-  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks, block_len_,
-               use_fd ? "passed descriptor" : *path);
+  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks,
+               block_len_, use_fd ? "passed descriptor" : *path);
   (*response)["region_id"] = region_id_;
   (*response)["bytes"] = region_->bytes();
   return std::nullopt;
@@ -279,7 +287,13 @@ ApiStatus EngineSession::Store(const json::object& request, json::object*) {
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
   const std::vector<BlockIndex>& slots = job.slots;
+  if (std::optional<EngineId> owner = registry_.SupplyOwner(kv_request_id); owner && *owner != id_) {
+    return Fail(ErrorCode::kConflict, "kv_request_id '" + kv_request_id +
+                                          "' has supply from another engine of this node; a request's supply is "
+                                          "its engine's");
+  }
 
+  registry_.ClaimSupply(kv_request_id, id_);
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddStore(job_id, node_job, kv_request_id);
   kv_ids_.insert(kv_request_id);
@@ -308,7 +322,7 @@ ApiStatus EngineSession::Finish(const json::object& request, json::object*) {
     it = it->second == kv_request_id ? kv_claims_.erase(it) : std::next(it);
   }
   kv_ids_.erase(kv_request_id);
-  stored_kv_ids_.erase(kv_request_id);
+  if (stored_kv_ids_.erase(kv_request_id) > 0) registry_.ReleaseSupply(kv_request_id, id_);
   return std::nullopt;
 }
 
@@ -365,6 +379,7 @@ void EngineSession::Close() {
   }
   for (const auto& [peer, kv_request_id] : kv_claims_) registry_.ReleaseKv(peer, kv_request_id);
   kv_claims_.clear();
+  for (const std::string& kv_request_id : stored_kv_ids_) registry_.ReleaseSupply(kv_request_id, id_);
   stored_kv_ids_.clear();
   // In-flight loads and pins keep the mapping until they end.
   region_.reset();

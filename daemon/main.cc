@@ -9,6 +9,7 @@
 
 #include "config/settings.h"
 #include "daemon/daemon.h"
+#include "daemon/log_format.h"
 
 namespace {
 
@@ -16,12 +17,10 @@ void SetUpLogging(const kvpeer::config::Settings& settings) {
   auto logger = spdlog::stderr_logger_st("kvpeerd");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(settings.log_level));
-  // Under systemd, journald stamps every line itself.
-  if (std::getenv("JOURNAL_STREAM") != nullptr) {
-    spdlog::set_pattern("<%l> %v");
-  } else {
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
-  }
+  // Under systemd, journald stamps every line itself. %* is the message
+  // with control characters escaped (daemon/log_format.h).
+  const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  spdlog::set_formatter(kvpeer::daemon::MakeLogFormatter(journal ? "<%l> %*" : "%Y-%m-%dT%H:%M:%S.%e %l %*"));
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/accept_backoff.h"
+
 #include "daemon/metrics.h"
 
 namespace kvpeer::daemon {
@@ -141,17 +143,19 @@ asio::awaitable<void> MetricsHttpServer::State::Serve(std::shared_ptr<State> sel
 }
 
 asio::awaitable<void> MetricsHttpServer::State::AcceptLoop(std::shared_ptr<State> self) {
+  AcceptBackoff backoff("metrics listener");
   while (!self->stopped) {
     boost::system::error_code ec;
     tcp::socket socket = co_await self->acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (self->stopped) co_return;
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
-      spdlog::warn("metrics listener: accept failed: {}", ec.message());
-      asio::steady_timer pause(self->io, std::chrono::milliseconds(100));
+      // E.g. EMFILE: the connection stays queued; pause, log at most once a second.
+      asio::steady_timer pause(self->io, backoff.Failed(ec));
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    backoff.Succeeded();
     if (self->connections.size() >= kMaxConnections) {
       spdlog::debug("metrics listener: {} connections open; closing a new one", self->connections.size());
       continue;  // `socket` closes here

@@ -43,23 +43,36 @@ ApiStatus CheckShape(const RegionShape& shape, uint64_t* end) {
 ApiStatus ShmRegion::MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
                              std::shared_ptr<ShmRegion>* out) {
   const std::string what = "region file '" + path + "'";
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) {
-    return Fail(ErrorCode::kBadRequest, what + " cannot be opened read-write: " + Errno(errno));
-  }
-  if (owner_uid) {
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) return Fail(ErrorCode::kBadRequest, what + ": fstat failed: " + Errno(errno));
-    if (st.st_uid != *owner_uid) {
-      return Fail(ErrorCode::kBadRequest, what + " belongs to uid " + std::to_string(st.st_uid) +
-                                              ", not to the engine's uid " + std::to_string(*owner_uid));
-    }
-  }
+  // One message for "absent", "not traversable", "not a regular file" and
+  // "not the engine's": telling them apart would let an engine probe paths
+  // it cannot reach itself (docs/security.md "Control socket and engines").
+  const std::string refused =
+      "cannot open " + what + ": not accessible or not a regular file owned by " +
+      (owner_uid ? "uid " + std::to_string(*owner_uid) : std::string("the engine"));
+  auto acceptable = [&](const struct stat& st) {
+    return S_ISREG(st.st_mode) && (!owner_uid || st.st_uid == *owner_uid);
+  };
+  // Checked before opening, so a FIFO or a device is never opened; checked
+  // again on the descriptor, since the path may change in between.
+  struct stat before {};
+  if (::lstat(path.c_str(), &before) != 0 || !acceptable(before)) return Fail(ErrorCode::kBadRequest, refused);
+  // No final symlink, no blocking open, read-write as the mapping needs.
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) return Fail(ErrorCode::kBadRequest, refused);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !acceptable(st)) return Fail(ErrorCode::kBadRequest, refused);
   return Map(fd.get(), what, shape, out);
 }
 
 ApiStatus ShmRegion::MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out) {
-  return Map(fd, "the region passed by descriptor", shape, out);
+  const std::string what = "the region passed by descriptor";
+  // A memfd is a regular file to fstat; a pipe, socket or device is not.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Fail(ErrorCode::kBadRequest, what + ": fstat failed: " + Errno(errno));
+  if (!S_ISREG(st.st_mode)) {
+    return Fail(ErrorCode::kBadRequest, what + " is not a regular file or memfd");
+  }
+  return Map(fd, what, shape, out);
 }
 
 ApiStatus ShmRegion::Map(int fd, const std::string& what, const RegionShape& shape,

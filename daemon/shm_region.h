@@ -32,16 +32,20 @@ struct RegionShape {
 
 class ShmRegion {
  public:
-  // Opens `path` read-write and maps it. bad_request (naming the path and
-  // the sizes) when the file cannot be opened, is smaller than
-  // offset + num_blocks * block_len, or the shape is invalid. When
-  // `owner_uid` is set, the file must belong to that uid: the daemon may run
-  // with more rights than the engine and must not expose files the engine
-  // could not read itself.
+  // Opens `path` read-write without following a final symlink and without
+  // blocking (O_NOFOLLOW | O_NONBLOCK) and maps it (docs/control-api.md
+  // section 2, register_region). It must be a regular file and, when
+  // `owner_uid` is set (always, from the control socket), belong to that
+  // uid: the daemon may run with more rights than the engine and must not
+  // expose files the engine could not read itself. bad_request when it is
+  // not, with one message that does not tell which (nor whether the path
+  // exists); bad_request naming the sizes when the file is smaller than
+  // offset + num_blocks * block_len or the shape is invalid.
   static ApiStatus MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
                            std::shared_ptr<ShmRegion>* out);
-  // Maps an already open descriptor (e.g. received with SCM_RIGHTS). The
-  // caller keeps ownership of `fd`; the mapping outlives it.
+  // Maps an already open descriptor (e.g. received with SCM_RIGHTS); it
+  // must be a regular file or memfd. The caller keeps ownership of `fd`;
+  // the mapping outlives it.
   static ApiStatus MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
 
   ~ShmRegion();
@@ -51,6 +55,10 @@ class ShmRegion {
   uint32_t num_blocks() const { return static_cast<uint32_t>(shape_.num_blocks); }
   uint64_t block_len() const { return shape_.block_len; }
   uint64_t bytes() const { return shape_.num_blocks * shape_.block_len; }
+
+  // Keeps `charge` (e.g. the region's share of --max-region-bytes) as long
+  // as the mapping lives.
+  void Hold(std::shared_ptr<const void> charge) { charge_ = std::move(charge); }
 
   // REQUIRES: index < num_blocks().
   std::span<uint8_t> Block(uint32_t index) const;
@@ -73,6 +81,7 @@ class ShmRegion {
   size_t mapping_len_;  // as passed to mmap
   uint8_t* base_;       // mapping_ + (offset % page size): block 0
   RegionShape shape_;
+  std::shared_ptr<const void> charge_;
   UniqueFd fd_;  // a duplicate of the mapped file's descriptor, for StillBacked
   mutable bool truncated_ = false;
   mutable std::chrono::steady_clock::time_point checked_at_{};

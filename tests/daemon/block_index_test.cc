@@ -68,27 +68,77 @@ TEST_CASE_METHOD(IndexFixture, "an engine cannot unpublish another engine's key"
   CHECK(index.PinIfPublished("k1"));
 }
 
-TEST_CASE_METHOD(IndexFixture, "re-publishing a key moves it; the old slot is reported free") {
+TEST_CASE_METHOD(IndexFixture, "re-publishing a key this engine holds moves it; the old slot is reported free") {
   index.Publish(1, {"k1"}, {3});
   SECTION("within one engine, unpinned: reported at once") {
     index.Publish(1, {"k1"}, {6});
     CHECK(a_released == std::vector<BlockIndex>{3});
     CHECK(index.published(1) == 1);
   }
-  SECTION("to another engine while pinned: reported when the pin drops") {
+  SECTION("within one engine, pinned: reported when the pin drops") {
     session::PinRef pin = index.PinIfPublished("k1");
-    index.Publish(2, {"k1"}, {0});
+    index.Publish(1, {"k1"}, {6});
     CHECK(a_released.empty());
-    CHECK(index.published(1) == 0);
-    CHECK(index.published(2) == 1);
     pin.reset();
     CHECK(a_released == std::vector<BlockIndex>{3});
+    CHECK(index.published(1) == 1);
   }
   SECTION("to the same slot again: nothing changes") {
     index.Publish(1, {"k1"}, {3});
     CHECK(a_released.empty());
     CHECK(index.published(1) == 1);
   }
+  CHECK(index.size() == 1);
+}
+
+TEST_CASE_METHOD(IndexFixture, "another engine publishing a held key adds a holding and moves nothing") {
+  a_file->Write(3 * kLen, std::string(kLen, 'a'));
+  b_file->Write(0, std::string(kLen, 'b'));
+  index.Publish(1, {"k1"}, {3});
+  session::PinRef pin = index.PinIfPublished("k1");
+  index.Publish(2, {"k1"}, {0});
+  CHECK(index.holders("k1") == 2);
+  CHECK(index.published(1) == 1);
+  CHECK(index.published(2) == 1);
+  CHECK(index.size() == 1);
+  pin.reset();
+  // Engine 1 never hears of a slot because of engine 2.
+  CHECK(a_released.empty());
+  CHECK(b_released.empty());
+  // Any holder may serve: the first one does while it holds the key.
+  REQUIRE(index.PinIfPublished("k1"));
+  CHECK(Bytes(index.PinIfPublished("k1")) == std::string(kLen, 'a'));
+}
+
+TEST_CASE_METHOD(IndexFixture, "each engine's unpublish withdraws only its own holding") {
+  b_file->Write(0, std::string(kLen, 'b'));
+  index.Publish(1, {"k1"}, {3});
+  index.Publish(2, {"k1"}, {0});
+  UnpublishResult result = index.Unpublish(1, {"k1"});
+  CHECK(result.released == std::vector<BlockIndex>{3});
+  CHECK(index.holders("k1") == 1);
+  session::PinRef pin = index.PinIfPublished("k1");
+  REQUIRE(pin);
+  CHECK(Bytes(pin) == std::string(kLen, 'b'));
+  CHECK(index.published(2) == 1);
+  CHECK(b_released.empty());
+  pin.reset();
+  UnpublishResult last = index.Unpublish(2, {"k1"});
+  CHECK(last.released == std::vector<BlockIndex>{0});
+  CHECK(index.PinIfPublished("k1") == nullptr);
+  CHECK(index.size() == 0);
+}
+
+TEST_CASE_METHOD(IndexFixture, "an engine's exit withdraws only its own holdings") {
+  index.Publish(1, {"k1", "k2"}, {3, 4});
+  index.Publish(2, {"k1"}, {0});
+  index.RemoveEngine(1);
+  CHECK(index.holders("k1") == 1);
+  CHECK(index.holders("k2") == 0);
+  CHECK(index.PinIfPublished("k1"));
+  CHECK(index.PinIfPublished("k2") == nullptr);
+  CHECK(index.published(2) == 1);
+  CHECK(b_released.empty());
   CHECK(index.size() == 1);
 }
 

@@ -124,8 +124,9 @@ class FakePeers : public PeerService {
   }
   // Like the real peer side: in-flight loads of the request end with a
   // failure result at once.
-  void Finish(const std::string& kv_request_id, const std::vector<std::string>&, bool) override {
+  void Finish(const std::string& kv_request_id, const std::vector<std::string>&, bool producer) override {
     finished.push_back(kv_request_id);
+    finished_as_producer.push_back(producer);
     for (auto it = loads.begin(); it != loads.end();) {
       if (it->kv_request_id != kv_request_id) {
         ++it;
@@ -168,6 +169,7 @@ class FakePeers : public PeerService {
   std::vector<LoadCall> loads;
   std::vector<StoreCall> stores;
   std::vector<std::string> finished;
+  std::vector<bool> finished_as_producer;  // Finish's `producer`, one per finished entry
   std::vector<std::string> connects;
   std::vector<std::string> disconnects;
   size_t flushes = 0;
@@ -189,11 +191,11 @@ constexpr uint64_t kNumBlocks = 8;
 // configured and the other settings left to the first hello.
 class Daemon {
  public:
-  Daemon()
+  explicit Daemon(ControlServerOptions options = Options())
       : model_(kBlockLen, std::nullopt, std::nullopt),
         registry_(io_.get_executor(), model_, index_, "node-a:5710"),
         peers_(registry_),
-        server_(io_, Options(), registry_) {
+        server_(io_, std::move(options), registry_) {
     spdlog::set_level(spdlog::level::warn);  // connection and engine logs would drown the test output
     registry_.set_peer_service(&peers_);
     if (ApiStatus failed = server_.Start()) throw std::runtime_error(failed->message);
@@ -215,7 +217,6 @@ class Daemon {
   FakePeers& peers() { return peers_; }
   ControlServer& server() { return server_; }
 
- private:
   static ControlServerOptions Options() {
     ControlServerOptions options;
     options.socket_path = TempPath("/tmp", ".sock");
@@ -225,6 +226,7 @@ class Daemon {
     return options;
   }
 
+ private:
   boost::asio::io_context io_;
   NodeModel model_;
   NodeBlockIndex index_;
@@ -280,6 +282,23 @@ class Client {
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;
       daemon_.Pump();
       ReadAvailable();
+    }
+    return sent;
+  }
+
+  // Writes as much of `bytes` as the daemon takes within `time`, pumping it
+  // but never reading a response. Returns bytes written.
+  size_t SendWithoutReading(const std::string& bytes, std::chrono::milliseconds time) {
+    size_t sent = 0;
+    auto deadline = std::chrono::steady_clock::now() + time;
+    while (sent < bytes.size() && std::chrono::steady_clock::now() < deadline) {
+      const ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;
+      daemon_.Pump();
     }
     return sent;
   }

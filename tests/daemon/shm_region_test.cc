@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -65,14 +66,57 @@ TEST_CASE("a missing region file is a bad_request naming the path") {
   CHECK_THAT(status->message, Catch::Contains("/nonexistent/kvpeer-region"));
 }
 
-TEST_CASE("a region file of another owner is refused when the owner is checked") {
+TEST_CASE("a region file of another owner is refused with the message of a missing one") {
   ShmFile file(64);
   std::shared_ptr<ShmRegion> region;
-  ApiStatus status = ShmRegion::MapPath(file.path(), {4, 16, 0}, ::geteuid() + 1, &region);
+  const uint32_t other = ::geteuid() + 1;
+  ApiStatus status = ShmRegion::MapPath(file.path(), {4, 16, 0}, other, &region);
   REQUIRE(status);
   CHECK(status->code == ErrorCode::kBadRequest);
-  CHECK_THAT(status->message, Catch::Contains("uid"));
+  const std::string expected = "cannot open region file '" + file.path() +
+                               "': not accessible or not a regular file owned by uid " + std::to_string(other);
+  CHECK(status->message == expected);
+  // A path that does not exist reads the same, so the message tells nothing of it.
+  const std::string missing = file.path() + ".missing";
+  ApiStatus absent = ShmRegion::MapPath(missing, {4, 16, 0}, other, &region);
+  REQUIRE(absent);
+  CHECK(absent->message == "cannot open region file '" + missing +
+                               "': not accessible or not a regular file owned by uid " + std::to_string(other));
   CHECK_FALSE(ShmRegion::MapPath(file.path(), {4, 16, 0}, ::geteuid(), &region));
+}
+
+TEST_CASE("a symlink to a region file is refused, not followed") {
+  ShmFile file(64);
+  const std::string link = file.path() + ".link";
+  REQUIRE(::symlink(file.path().c_str(), link.c_str()) == 0);
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapPath(link, {4, 16, 0}, ::geteuid(), &region);
+  ::unlink(link.c_str());
+  REQUIRE(status);
+  CHECK(status->code == ErrorCode::kBadRequest);
+  CHECK_THAT(status->message, Catch::Contains("not accessible or not a regular file"));
+}
+
+TEST_CASE("a FIFO is refused at once, never opened for a blocking read") {
+  const std::string fifo = "/dev/shm/kvpeer-test-fifo-" + std::to_string(::getpid());
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapPath(fifo, {1, 16, 0}, ::geteuid(), &region);
+  ::unlink(fifo.c_str());
+  REQUIRE(status);
+  CHECK_THAT(status->message, Catch::Contains("not accessible or not a regular file"));
+}
+
+TEST_CASE("a passed descriptor must be a regular file or memfd") {
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  std::shared_ptr<ShmRegion> region;
+  ApiStatus status = ShmRegion::MapFd(read_end.get(), {1, 16, 0}, &region);
+  REQUIRE(status);
+  CHECK(status->code == ErrorCode::kBadRequest);
+  CHECK_THAT(status->message, Catch::Contains("not a regular file or memfd"));
 }
 
 TEST_CASE("shapes whose size overflows are refused without mapping") {
