@@ -447,10 +447,10 @@ asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boos
   OutgoingFrame out(queued.head, queued.frame.blocks, stream_.tls() ? &bounce_out_ : nullptr);
   write_in_progress_ = true;
   last_write_progress_ = std::chrono::steady_clock::now();
-  while (!out.done()) {
-    const size_t n = co_await stream_.async_write_some(out.Next(), asio::redirect_error(asio::use_awaitable, ec));
-    bytes_sent_ += n;
+  while (!out.done() && !closed_) {
+    const size_t n = co_await WriteSome(out, ec);
     if (n > 0) {
+      bytes_sent_ += n;
       out.Consumed(n);
       last_write_progress_ = std::chrono::steady_clock::now();
     }
@@ -465,6 +465,26 @@ asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boos
   }
   write_in_progress_ = false;
   co_return !ec && !closed_ && out.done() && out.CheckSourcesAfterWrite();
+}
+
+// Plain TCP writes without waiting and waits for writability only after the
+// kernel said "would block". Asio's own async write would not do: after a
+// write that failed with EFAULT it waits for a writability edge that the
+// kernel never sends (that failure sets no "no space" mark), and the
+// connection stalls. A would-block sets the mark, so its edge comes, and on
+// the one-threaded io_context it cannot come before the wait is queued.
+asio::awaitable<size_t> PeerConnection::WriteSome(OutgoingFrame& out, boost::system::error_code& ec) {
+  if (stream_.tls()) {
+    co_return co_await stream_.async_write_some(out.Next(), asio::redirect_error(asio::use_awaitable, ec));
+  }
+  for (;;) {
+    socket_.non_blocking(true, ec);  // affects only these synchronous calls
+    if (ec) co_return 0;
+    const size_t n = socket_.write_some(out.Next(), ec);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
+    co_await socket_.async_wait(tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || closed_) co_return 0;
+  }
 }
 
 // The torn frame's round fails: the session ends it (and its store jobs)

@@ -50,6 +50,7 @@
 
 namespace kvpeer::daemon {
 
+class OutgoingFrame;
 class PeerConnection;
 
 // Traffic counters of one connection, for the metrics. Plain integers,
@@ -162,6 +163,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Writes one frame piece by piece, noting each byte the socket accepts.
   // True when the frame's source was torn (it went out padded with zeros).
   boost::asio::awaitable<bool> WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec);
+  boost::asio::awaitable<size_t> WriteSome(OutgoingFrame& out, boost::system::error_code& ec);
   void OnTornFrameWritten(const protocol::BlockData& data);
   // The write-progress liveness check (wire spec section 4 step 8).
   bool WriterStalled() const;
