@@ -447,7 +447,8 @@ asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boos
   OutgoingFrame out(queued.head, queued.frame.blocks, stream_.tls() ? &bounce_out_ : nullptr);
   write_in_progress_ = true;
   last_write_progress_ = std::chrono::steady_clock::now();
-  while (!out.done() && !closed_) {
+  if (!stream_.tls()) socket_.non_blocking(true, ec);  // for WriteSome; async operations do not care
+  while (!ec && !out.done() && !closed_) {
     const size_t n = co_await WriteSome(out, ec);
     if (n > 0) {
       bytes_sent_ += n;
@@ -478,8 +479,6 @@ asio::awaitable<size_t> PeerConnection::WriteSome(OutgoingFrame& out, boost::sys
     co_return co_await stream_.async_write_some(out.Next(), asio::redirect_error(asio::use_awaitable, ec));
   }
   for (;;) {
-    socket_.non_blocking(true, ec);  // affects only these synchronous calls
-    if (ec) co_return 0;
     const size_t n = socket_.write_some(out.Next(), ec);
     if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
     co_await socket_.async_wait(tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
