@@ -176,10 +176,10 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     }
     {
       // Every read goes exactly where the decoder wants its next bytes: the
-      // prefix, the header, or the payload's destination slot. No payload
-      // byte is ever copied in user space, so an engine that shrinks its
-      // region under a load makes the kernel fail the read (EFAULT) instead
-      // of the daemon faulting (SIGBUS).
+      // prefix, the header, or the payload's destination slot. On plain TCP
+      // no payload byte is copied in user space, so an engine that shrinks
+      // its region under a load makes the kernel fail the read (EFAULT)
+      // instead of the daemon faulting (SIGBUS); under TLS see PlaceBounced.
       boost::system::error_code ec;
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
