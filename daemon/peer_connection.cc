@@ -527,8 +527,9 @@ asio::awaitable<void> PeerConnection::TickLoop() {
     if (closed_) co_return;
     if (WriterStalled()) {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(liveness_timeout_).count();
-      CloseSocketAndSession("peer stopped reading: the socket accepted no byte for " + std::to_string(seconds) +
-                            " s while frames waited to be written");
+      // "peer silent ..." classifies the close as peer_silent (daemon/reason_labels.cc).
+      CloseSocketAndSession("peer silent as a reader (it stopped reading): the socket accepted no byte for " +
+                            std::to_string(seconds) + " s while frames waited to be written");
       co_return;
     }
     ReadBytesBelowLowWater();
