@@ -13,6 +13,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "daemon/outgoing_frame.h"
+#include "daemon/shm_region.h"
 #include "protocol/frame.h"
 
 namespace kvpeer::daemon {
@@ -63,6 +65,7 @@ PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config,
       writer_wake_(socket_.get_executor()),
       tick_timer_(socket_.get_executor()) {
   writer_wake_.expires_at(asio::steady_timer::time_point::max());
+  liveness_timeout_ = config.liveness_timeout;
   session::SendFn send = [this](session::OutFrame frame) { Enqueue(std::move(frame)); };
   session_ = std::make_unique<session::PeerSession>(
       std::move(config), [] { return std::chrono::steady_clock::now(); }, std::move(send), index_,
@@ -173,10 +176,10 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     }
     {
       // Every read goes exactly where the decoder wants its next bytes: the
-      // prefix, the header, or the payload's destination slot. No payload
-      // byte is ever copied in user space, so an engine that shrinks its
-      // region under a load makes the kernel fail the read (EFAULT) instead
-      // of the daemon faulting (SIGBUS).
+      // prefix, the header, or the payload's destination slot. On plain TCP
+      // no payload byte is copied in user space, so an engine that shrinks
+      // its region under a load makes the kernel fail the read (EFAULT)
+      // instead of the daemon faulting (SIGBUS); under TLS see PlaceBounced.
       // Wire spec section 2: before ready a frame may carry at most 64 KiB
       // of header and no payload; the decoder refuses more from the prefix.
       if (decoder_.state() == protocol::FrameDecoder::State::kReadingPrefix)
@@ -185,18 +188,32 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
       SetReceiveLowWater(decoder_.payload_remaining());
-      reading_into_slot_ = payload;
+      // Under TLS the payload is decrypted in user space: into the bounce
+      // buffer, never into a mapping a truncation could pull away (SIGBUS).
+      const bool bounced = payload && stream_.tls();
+      asio::mutable_buffer into(target.data(), target.size());
+      if (bounced) {
+        bounce_in_.resize(std::min(target.size(), OutgoingFrame::kBounceBytes));
+        into = asio::buffer(bounce_in_);
+      }
+      reading_into_slot_ = payload && !bounced;
       // The slot lets DivertAbandonedFrame take a pending read back from a
       // slot whose load has ended.
       size_t n = co_await stream_.async_read_some(
-          asio::buffer(target.data(), target.size()),
-          asio::bind_cancellation_slot(read_cancel_.slot(), asio::redirect_error(asio::use_awaitable, ec)));
+          into, asio::bind_cancellation_slot(read_cancel_.slot(), asio::redirect_error(asio::use_awaitable, ec)));
       reading_into_slot_ = false;
       last_read_at_ = std::chrono::steady_clock::now();
       if (closed_) break;
       if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
         bytes_received_ += n;
+        if (bounced && !PlaceBounced(target, n)) {
+          session_->FailOpenFrame("a destination slot is no longer backed by its file (engine region truncated?)");
+          decoder_.DiscardRestOfPayload();  // the bytes read count as a late read of the dropped rest
+          decoder_.Commit(n);
+          AfterSessionActivity();
+          continue;
+        }
         decoder_.Commit(n);
         // A slow but moving data frame is not silence; a dribbled header is.
         if (payload) session_->NoteBytesReceived();
@@ -218,6 +235,16 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     if (!ProcessDecoderState()) break;
   }
   if (lingering_) co_await DiscardUntilPeerCloses();
+}
+
+bool PeerConnection::PlaceBounced(std::span<uint8_t> target, size_t n) {
+  // The frame was dropped while the read was pending (its load ended:
+  // DivertAbandonedFrame): the bytes go nowhere, so no slot is written
+  // after its load's result.
+  const bool still_wanted = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload &&
+                            decoder_.WritableSpan().data() == target.data();
+  if (!still_wanted) return true;
+  return ShmRegion::WriteMapped(target.data(), std::span<const uint8_t>(bounce_in_.data(), n));
 }
 
 // While a payload streams in, the reader wakes only once a good chunk of it
@@ -404,16 +431,8 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
     queued_bytes_ -= queued.head.size();
     if (reading_paused_ && queued_bytes_ <= max_queued_bytes_ / 2) reader_wake_.cancel();
     session::OutFrame& frame = queued.frame;
-    const std::string& head = queued.head;
-    std::vector<asio::const_buffer> buffers;
-    buffers.reserve(1 + frame.blocks.size());
-    buffers.emplace_back(head.data(), head.size());
-    for (const auto& block : frame.blocks) buffers.emplace_back(block->bytes().data(), block->bytes().size());
     boost::system::error_code ec;
-    write_in_progress_ = true;
-    size_t n = co_await stream_.async_write(buffers, asio::redirect_error(asio::use_awaitable, ec));
-    write_in_progress_ = false;
-    bytes_sent_ += n;
+    const bool torn = co_await WriteFrame(queued, ec);
     if (closed_) {
       if (lingering_) SendDisconnectAndFin();  // the frame is out: the disconnect may follow it
       co_return;
@@ -423,8 +442,79 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
       co_return;
     }
     CountSent(frame.message);
+    if (torn) OnTornFrameWritten(std::get<protocol::BlockData>(frame.message));
     // `frame` dies here: its source blocks are unpinned now that they are on the wire.
   }
+}
+
+asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec) {
+  OutgoingFrame out(queued.head, queued.frame.blocks, stream_.tls() ? &bounce_out_ : nullptr);
+  write_in_progress_ = true;
+  last_write_progress_ = std::chrono::steady_clock::now();
+  if (!stream_.tls()) socket_.non_blocking(true, ec);  // for WriteSome; async operations do not care
+  while (!ec && !out.done() && !closed_) {
+    const size_t n = co_await WriteSome(out, ec);
+    if (n > 0) {
+      bytes_sent_ += n;
+      out.Consumed(n);
+      last_write_progress_ = std::chrono::steady_clock::now();
+    }
+    if (closed_) break;
+    // Plain TCP: the kernel could not read a source block (its file was
+    // truncated) and wrote nothing of it; zeros finish the frame.
+    if (ec == boost::system::errc::bad_address && !stream_.tls() && out.TearHere()) {
+      ec.clear();
+      continue;
+    }
+    if (ec) break;
+  }
+  write_in_progress_ = false;
+  co_return !ec && !closed_ && out.done() && out.CheckSourcesAfterWrite();
+}
+
+// Plain TCP writes without waiting and waits for writability only after the
+// kernel said "would block". Asio's own async write would not do: after a
+// write that failed with EFAULT it waits for a writability edge that the
+// kernel never sends (that failure sets no "no space" mark), and the
+// connection stalls. A would-block sets the mark, so its edge comes, and on
+// the one-threaded io_context it cannot come before the wait is queued.
+asio::awaitable<size_t> PeerConnection::WriteSome(OutgoingFrame& out, boost::system::error_code& ec) {
+  if (stream_.tls()) {
+    co_return co_await stream_.async_write_some(out.Next(), asio::redirect_error(asio::use_awaitable, ec));
+  }
+  for (;;) {
+    const size_t n = socket_.write_some(out.Next(), ec);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
+    co_await socket_.async_wait(tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || closed_) co_return 0;
+  }
+}
+
+// The torn frame's round fails: the session ends it (and its store jobs)
+// and a transfer_done{success:true} already queued behind the frame, from
+// when the round looked complete, is turned into a failure before it goes.
+void PeerConnection::OnTornFrameWritten(const protocol::BlockData& data) {
+  const std::string reason = "kv_request_id " + data.kv_request_id + " round " + std::to_string(data.round_seq) +
+                             ": a source block could not be read while its frame was written (engine region "
+                             "truncated); the rest of the frame was sent as zeros";
+  spdlog::warn("peer {}: {}", session_->peer_id(), reason);
+  session_->OnDataFrameTorn(data, reason);
+  for (QueuedFrame& queued : write_queue_) {
+    auto* done = std::get_if<protocol::TransferDone>(&queued.frame.message);
+    if (done == nullptr || !done->success || done->kv_request_id != data.kv_request_id ||
+        done->round_seq != data.round_seq) {
+      continue;
+    }
+    done->success = false;
+    queued_bytes_ -= queued.head.size();
+    queued.head = protocol::EncodeFrame(queued.frame.message, 0);
+    queued_bytes_ += queued.head.size();
+  }
+  AfterSessionActivity();
+}
+
+bool PeerConnection::WriterStalled() const {
+  return write_in_progress_ && std::chrono::steady_clock::now() - last_write_progress_ >= liveness_timeout_;
 }
 
 // ---------------------------------------------------------------------------
@@ -439,6 +529,13 @@ asio::awaitable<void> PeerConnection::TickLoop() {
     boost::system::error_code ec;
     co_await tick_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (closed_) co_return;
+    if (WriterStalled()) {
+      const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(liveness_timeout_).count();
+      // "peer silent ..." classifies the close as peer_silent (daemon/reason_labels.cc).
+      CloseSocketAndSession("peer silent as a reader (it stopped reading): the socket accepted no byte for " +
+                            std::to_string(seconds) + " s while frames waited to be written");
+      co_return;
+    }
     ReadBytesBelowLowWater();
     session_->OnTick();
     AfterSessionActivity();
@@ -480,10 +577,10 @@ void PeerConnection::AfterSessionActivity() {
 // A load ended (timeout, finish) while its frame's payload was arriving:
 // the rest of that payload is read and dropped, so the load's result can be
 // reported now rather than when a stalled link finally delivers the frame.
-// Over TLS a pending read cannot be taken back without breaking the
-// stream, so there the result waits for the frame (or the session's end).
+// Over TLS the pending read goes to the bounce buffer, not the slot
+// (PlaceBounced drops what it brings), so it need not be taken back.
 void PeerConnection::DivertAbandonedFrame() {
-  if (closed_ || stream_.tls() || !session_->OpenFrameAbandoned()) return;
+  if (closed_ || !session_->OpenFrameAbandoned()) return;
   if (decoder_.state() != protocol::FrameDecoder::State::kReadingPayload) return;
   if (reading_into_slot_) {
     // Single-threaded: the read is queued in the reactor, not running, so

@@ -8,8 +8,16 @@
 // session's control frames are appended as they are sent, and a data frame is
 // pulled from the session only when the FIFO is empty, so a control frame never waits behind more
 // than one data frame. A block_data payload is written with scatter/gather
-// straight from the source blocks, which stay pinned until the frame is
-// written and dropped.
+// straight from the source blocks (under TLS: through a bounce buffer read
+// with pread, OutgoingFrame), which stay pinned until the frame is written
+// and dropped. A source torn under the write (the engine truncated its
+// region) is finished with zeros and fails only its round (wire spec
+// section 6, "A torn source").
+//
+// Liveness of the write side (wire spec section 4 step 8): a frame that
+// has been waiting for the socket to accept a byte for the liveness
+// timeout means the peer stopped reading; the connection is closed and its
+// work fails, so such a peer holds no pins or store jobs.
 //
 // Closing: the socket is closed before the session fails its work, so no
 // byte can land in a slot after its load's result has been reported.
@@ -24,6 +32,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <variant>
@@ -41,6 +50,7 @@
 
 namespace kvpeer::daemon {
 
+class OutgoingFrame;
 class PeerConnection;
 
 // Traffic counters of one connection, for the metrics. Plain integers,
@@ -137,8 +147,26 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool closed_by_owner() const { return closed_by_owner_; }
 
  private:
+  // A frame and its encoded prefix and header, made when it is queued so
+  // the queue's bytes are known.
+  struct QueuedFrame {
+    session::OutFrame frame;
+    std::string head;
+  };
+
   boost::asio::awaitable<void> ReadLoop();
+  // Under TLS, payload bytes are decrypted into bounce_in_ and placed into
+  // the slot `target` through its region's descriptor; false when that
+  // slot's file no longer holds it (the load fails, the frame is dropped).
+  bool PlaceBounced(std::span<uint8_t> target, size_t n);
   boost::asio::awaitable<void> WriteLoop();
+  // Writes one frame piece by piece, noting each byte the socket accepts.
+  // True when the frame's source was torn (it went out padded with zeros).
+  boost::asio::awaitable<bool> WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec);
+  boost::asio::awaitable<size_t> WriteSome(OutgoingFrame& out, boost::system::error_code& ec);
+  void OnTornFrameWritten(const protocol::BlockData& data);
+  // The write-progress liveness check (wire spec section 4 step 8).
+  bool WriterStalled() const;
   boost::asio::awaitable<void> TickLoop();
   boost::asio::awaitable<void> Dial(std::string host, std::string port);
   void StartLoops();
@@ -178,12 +206,6 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   ConnectionListener& listener_;
   std::unique_ptr<session::PeerSession> session_;
   protocol::FrameDecoder decoder_;
-  // A frame and its encoded prefix and header, made when it is queued so
-  // the queue's bytes are known.
-  struct QueuedFrame {
-    session::OutFrame frame;
-    std::string head;
-  };
   std::deque<QueuedFrame> write_queue_;
   uint64_t queued_bytes_ = 0;  // sum of the queued heads
   uint64_t queued_bytes_peak_ = 0;
@@ -202,6 +224,14 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool read_diverted_ = false;                    // ... and did
   int receive_low_water_ = 1;                     // SO_RCVLOWAT now
   std::chrono::steady_clock::time_point last_read_at_{};
+  // The last time the socket accepted bytes of the frame being written (or
+  // that frame's start); see WriterStalled.
+  std::chrono::steady_clock::time_point last_write_progress_{};
+  session::Duration liveness_timeout_;
+  // TLS only: block payload staged between the socket and a region, each
+  // at most OutgoingFrame::kBounceBytes.
+  std::vector<uint8_t> bounce_out_;
+  std::vector<uint8_t> bounce_in_;
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;

@@ -9,9 +9,11 @@
 // IP subject alternative name), like HTTPS. The accepting side cannot: the
 // peer's name is known only from its `connect`.
 //
-// Reads stay zero-copy as far as TLS allows (a read into a destination slot
-// decrypts straight into it) and writes stay scatter/gather (one async_write
-// of the whole buffer sequence).
+// Over TLS, block payloads pass through user space to be encrypted or
+// decrypted; PeerConnection then moves them between the engines' regions
+// and bounce buffers through the regions' descriptors (OutgoingFrame,
+// ShmRegion::ReadMapped/WriteMapped), never through the mappings, so a
+// truncated region cannot raise SIGBUS in the daemon.
 //
 // Thread-safety: none; used on the daemon's one io_context. At most one
 // read and one write may be in flight at a time (as Asio's ssl::stream
@@ -71,6 +73,14 @@ class PeerStream {
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
     if (tls_) return tls_->async_read_some(buffers, std::forward<Token>(token));
     return plain_.async_read_some(buffers, std::forward<Token>(token));
+  }
+
+  // Writes some of the buffer sequence: what the socket accepts now, at
+  // least one byte unless it fails.
+  template <typename ConstBuffers, typename Token>
+  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));
+    return plain_.async_write_some(buffers, std::forward<Token>(token));
   }
 
   // Writes the whole buffer sequence (asio::async_write).

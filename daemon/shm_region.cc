@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "daemon/unique_fd.h"
 
@@ -36,6 +38,16 @@ ApiStatus CheckShape(const RegionShape& shape, uint64_t* end) {
   }
   *end = shape.offset + shape.num_blocks * shape.block_len;
   return std::nullopt;
+}
+
+// Live regions by the address of block 0, for ReadMapped/WriteMapped.
+struct MappedRegions {
+  std::mutex mutex;
+  std::map<const uint8_t*, const ShmRegion*> by_base;
+};
+MappedRegions& Mapped() {
+  static MappedRegions regions;
+  return regions;
 }
 
 }  // namespace
@@ -109,10 +121,18 @@ ApiStatus ShmRegion::Map(int fd, const std::string& what, const RegionShape& sha
   }
   uint8_t* base = static_cast<uint8_t*>(mapping) + lead;
   out->reset(new ShmRegion(mapping, static_cast<size_t>(mapping_len), base, shape, std::move(kept)));
+  std::lock_guard lock(Mapped().mutex);
+  Mapped().by_base[base] = out->get();
   return std::nullopt;
 }
 
-ShmRegion::~ShmRegion() { ::munmap(mapping_, mapping_len_); }
+ShmRegion::~ShmRegion() {
+  {
+    std::lock_guard lock(Mapped().mutex);
+    Mapped().by_base.erase(base_);
+  }
+  ::munmap(mapping_, mapping_len_);
+}
 
 bool ShmRegion::StillBacked() const {
   // Often enough that a truncation is seen before the next frame; rarely
@@ -131,6 +151,78 @@ bool ShmRegion::StillBacked() const {
 
 std::span<uint8_t> ShmRegion::Block(uint32_t index) const {
   return {base_ + uint64_t{index} * shape_.block_len, static_cast<size_t>(shape_.block_len)};
+}
+
+namespace {
+
+// The region whose blocks hold [at, at + len), as a descriptor and the file
+// offset of `at`; false when no live region does.
+bool Locate(const uint8_t* at, size_t len, int* fd, uint64_t* file_offset) {
+  std::lock_guard lock(Mapped().mutex);
+  auto it = Mapped().by_base.upper_bound(at);
+  if (it == Mapped().by_base.begin()) return false;
+  --it;
+  const ShmRegion& region = *it->second;
+  const uint64_t into = static_cast<uint64_t>(at - it->first);
+  if (into > region.bytes() || len > region.bytes() - into) return false;
+  *fd = region.descriptor();
+  *file_offset = region.file_offset() + into;
+  return true;
+}
+
+}  // namespace
+
+bool ShmRegion::ReadMapped(const uint8_t* at, std::span<uint8_t> out) {
+  int fd = -1;
+  uint64_t offset = 0;
+  if (!Locate(at, out.size(), &fd, &offset)) {
+    std::memcpy(out.data(), at, out.size());
+    return true;
+  }
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;  // an error, or the end of a truncated file
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+namespace {
+
+bool FileCovers(int fd, uint64_t end) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && st.st_size >= 0 && static_cast<uint64_t>(st.st_size) >= end;
+}
+
+}  // namespace
+
+bool ShmRegion::StillMapsFile(const uint8_t* at, size_t len) {
+  int fd = -1;
+  uint64_t offset = 0;
+  return !Locate(at, len, &fd, &offset) || FileCovers(fd, offset + len);
+}
+
+bool ShmRegion::WriteMapped(uint8_t* at, std::span<const uint8_t> bytes) {
+  int fd = -1;
+  uint64_t offset = 0;
+  if (!Locate(at, bytes.size(), &fd, &offset)) {
+    std::memcpy(at, bytes.data(), bytes.size());
+    return true;
+  }
+  // pwrite past the end would grow a truncated file again; refuse instead.
+  // (An engine that truncates between this check and the pwrite gets its
+  // file grown back, sparse: its own doing, and no fault for the daemon.)
+  if (!FileCovers(fd, offset + bytes.size())) return false;
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace kvpeer::daemon

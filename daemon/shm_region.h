@@ -55,6 +55,9 @@ class ShmRegion {
   uint32_t num_blocks() const { return static_cast<uint32_t>(shape_.num_blocks); }
   uint64_t block_len() const { return shape_.block_len; }
   uint64_t bytes() const { return shape_.num_blocks * shape_.block_len; }
+  // The mapped file's descriptor and where block 0 starts in it.
+  int descriptor() const { return fd_.get(); }
+  uint64_t file_offset() const { return shape_.offset; }
 
   // Keeps `charge` (e.g. the region's share of --max-region-bytes) as long
   // as the mapping lives.
@@ -69,6 +72,21 @@ class ShmRegion {
   // kRecheckInterval while the file looks whole; a truncated region is
   // never trusted again.
   bool StillBacked() const;
+
+  // Copies mapped bytes through the region's descriptor (pread, pwrite), so
+  // a region the engine truncated makes the call fail instead of the daemon
+  // taking SIGBUS on a user-space access (used under TLS, where the bytes
+  // pass through user space: docs/security.md, "Torn sources and stalled
+  // readers"). `at` is an address inside a live region's blocks; memory of
+  // no region (tests' heap blocks) is copied directly. False when the file
+  // no longer holds every byte asked for: ReadMapped then may have filled
+  // part of `out`; WriteMapped writes nothing (it checks the file's size
+  // first, so it never grows a truncated file back).
+  static bool ReadMapped(const uint8_t* at, std::span<uint8_t> out);
+  static bool WriteMapped(uint8_t* at, std::span<const uint8_t> bytes);
+  // False when [at, at + len) lies in a live region whose file no longer
+  // covers it (fstat now, uncached).
+  static bool StillMapsFile(const uint8_t* at, size_t len);
 
  private:
   ShmRegion(void* mapping, size_t mapping_len, uint8_t* base, RegionShape shape, UniqueFd fd)

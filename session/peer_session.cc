@@ -413,6 +413,9 @@ std::optional<TimePoint> PeerSession::NextDeadline() const { return impl_->NextD
 
 bool PeerSession::ProduceDataFrame() { return ready() && impl_->server->ProduceDataFrame(); }
 bool PeerSession::HasDataToSend() const { return ready() && impl_->server->HasDataToSend(); }
+void PeerSession::OnDataFrameTorn(const protocol::BlockData& frame, const std::string& reason) {
+  if (impl_->state != State::kClosed) impl_->server->OnDataFrameTorn(frame.kv_request_id, frame.round_seq, reason);
+}
 
 ProbeAnswer PeerSession::RegisterLookup(const std::string& kv_request_id, const protocol::Key& key) {
   // A dead peer holds nothing: the engine recomputes (spec section 1).

@@ -147,6 +147,8 @@ class PeerSession {
   // See ServerRole::ProduceDataFrame. Never produces before ready.
   bool ProduceDataFrame();
   bool HasDataToSend() const;
+  // See ServerRole::OnDataFrameTorn. Call before the next ProduceDataFrame.
+  void OnDataFrameTorn(const protocol::BlockData& frame, const std::string& reason);
 
   // Engine-facing operations, forwarded to the roles. Before ready their
   // frames are queued; after close they fail at once.

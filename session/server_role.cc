@@ -71,6 +71,7 @@ struct ServerRole::Impl {
   bool closed = false;
   std::string close_reason;
   size_t open_rounds = 0;  // entries of every request's `rounds`
+  std::vector<JobId> last_frame_jobs;  // store jobs with a block in the last data frame (OnDataFrameTorn)
   uint64_t rounds_refused = 0;
   uint64_t open_key_bytes = 0;  // sum of every open round's key_bytes
   RoundEvents events;
@@ -479,6 +480,10 @@ bool ServerRole::ProduceDataFrame() {
   }
 
   std::vector<QueuedBlock> batch = round.TakeBatch(s.MaxBlocksPerFrame());
+  s.last_frame_jobs.clear();
+  for (const QueuedBlock& block : batch) {
+    if (block.job) s.last_frame_jobs.push_back(*block.job);
+  }
   protocol::BlockData data{key.first, key.second, {}};
   OutFrame frame;
   for (const QueuedBlock& block : batch) {
@@ -502,6 +507,21 @@ bool ServerRole::ProduceDataFrame() {
     s.EndIfStalled(key);
   }
   return true;
+}
+
+void ServerRole::OnDataFrameTorn(const std::string& kv_request_id, protocol::RoundSeq round_seq,
+                                 const std::string& reason) {
+  Impl& s = *impl_;
+  if (s.closed) return;
+  for (JobId id : s.last_frame_jobs) {
+    if (StoreLedger::Job* job = s.ledger.Find(id)) {
+      if (job->lost.empty()) job->lost = reason;  // fails once its other blocks are out
+    } else {
+      s.ledger.FailHeld(id, reason);  // succeeded with this frame: the result is still held
+    }
+  }
+  s.last_frame_jobs.clear();
+  s.EndRound({kv_request_id, round_seq}, false, reason, /*send_done=*/true);
 }
 
 bool ServerRole::HasDataToSend() const {

@@ -106,6 +106,14 @@ class ServerRole {
   // be written (a result frees the engine's slots): the next pull, after
   // that write, releases them and may send nothing.
   bool HasDataToSend() const;
+  // The data frame produced last could not be read whole while it was being
+  // written (an engine shrank its region: wire spec section 6, "A torn
+  // source"); the writer sent zeros for the rest of it. The round fails
+  // (transfer_done{success:false} if it is still open; a transfer_done
+  // already sent behind the frame is the writer's to correct) and so does
+  // every store job with a block in that frame, even one whose success
+  // result is held for the frame. REQUIRES: before the next ProduceDataFrame.
+  void OnDataFrameTorn(const std::string& kv_request_id, protocol::RoundSeq round_seq, const std::string& reason);
 
   // Fires store, round and unsupplied-fetch timeouts.
   void OnTick();

@@ -55,6 +55,14 @@ void StoreLedger::OnFrameWritten() {
   held_.clear();
 }
 
+void StoreLedger::FailHeld(JobId id, const std::string& reason) {
+  for (JobResult& result : held_) {
+    if (result.job_id != id || !result.success) continue;
+    result.success = false;
+    result.reason = reason;
+  }
+}
+
 std::vector<JobResult> StoreLedger::TakeResults() {
   std::vector<JobResult> out = std::move(results_);
   results_.clear();

@@ -67,6 +67,8 @@ class StoreLedger {
   void OnFrameProduced() { frame_unwritten_ = true; }
   void OnFrameWritten();
   bool HasHeldResults() const { return !held_.empty(); }
+  // A held success of `id` becomes a failure (its last frame was torn).
+  void FailHeld(JobId id, const std::string& reason);
 
   std::vector<JobResult> TakeResults();
   // Fails every open job with `reason` and returns every result not taken

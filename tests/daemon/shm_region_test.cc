@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "daemon/shm_region.h"
 #include "daemon_fixture.h"
@@ -158,6 +161,54 @@ TEST_CASE("a region whose file is truncated after mapping is no longer backed, f
   REQUIRE(::ftruncate(fd.get(), 4 * 16) == 0);  // grown back: still not trusted
   usleep(2000);
   CHECK_FALSE(region->StillBacked());
+}
+
+TEST_CASE("ReadMapped and WriteMapped move block bytes through the descriptor, at the block's file offset") {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t offset = page + 100;
+  UniqueFd fd = MakeMemfd(offset + 2 * 32);
+  std::shared_ptr<ShmRegion> region;
+  REQUIRE_FALSE(ShmRegion::MapFd(fd.get(), {2, 32, offset}, &region));
+  REQUIRE(::pwrite(fd.get(), std::string(32, 'r').data(), 32, static_cast<off_t>(offset + 32)) == 32);
+
+  std::vector<uint8_t> out(16);
+  REQUIRE(ShmRegion::ReadMapped(region->Block(1).data() + 8, out));
+  CHECK(std::string(out.begin(), out.end()) == std::string(16, 'r'));
+
+  const std::string text(32, 'w');
+  REQUIRE(ShmRegion::WriteMapped(region->Block(0).data(),
+                                 std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size())));
+  CHECK(BlockText(*region, 0) == text);  // the same pages the mapping shows
+}
+
+TEST_CASE("ReadMapped and WriteMapped fail on a truncated region instead of faulting, and never grow the file") {
+  UniqueFd fd = MakeMemfd(4 * 4096);
+  std::shared_ptr<ShmRegion> region;
+  REQUIRE_FALSE(ShmRegion::MapFd(fd.get(), {4, 4096, 0}, &region));
+  REQUIRE(::ftruncate(fd.get(), 4096 + 100) == 0);  // block 1 half gone, blocks 2 and 3 wholly
+
+  std::vector<uint8_t> out(4096);
+  CHECK(ShmRegion::ReadMapped(region->Block(0).data(), out));
+  CHECK_FALSE(ShmRegion::ReadMapped(region->Block(1).data(), out));  // short read at the end of the file
+  CHECK_FALSE(ShmRegion::ReadMapped(region->Block(3).data(), out));
+
+  const std::vector<uint8_t> bytes(4096, 7);
+  CHECK(ShmRegion::WriteMapped(region->Block(0).data(), bytes));
+  CHECK_FALSE(ShmRegion::WriteMapped(region->Block(1).data(), bytes));
+  CHECK_FALSE(ShmRegion::WriteMapped(region->Block(3).data(), bytes));
+  CHECK(::lseek(fd.get(), 0, SEEK_END) == 4096 + 100);  // not grown back
+
+  CHECK(ShmRegion::StillMapsFile(region->Block(0).data(), 4096));
+  CHECK_FALSE(ShmRegion::StillMapsFile(region->Block(1).data(), 4096));
+}
+
+TEST_CASE("ReadMapped and WriteMapped copy memory of no region directly") {
+  std::vector<uint8_t> heap(64, 3), out(64, 0);
+  CHECK(ShmRegion::ReadMapped(heap.data(), out));
+  CHECK(out == heap);
+  const std::vector<uint8_t> bytes(64, 9);
+  CHECK(ShmRegion::WriteMapped(heap.data(), bytes));
+  CHECK(heap == bytes);
 }
 
 }  // namespace
