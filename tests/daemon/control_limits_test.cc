@@ -63,7 +63,7 @@ TEST_CASE("a connection pipelining lines it never reads answers for is held to t
   CHECK(sent >= kMaxUnansweredBytes);
 }
 
-TEST_CASE("--max-region-bytes counts every engine's mapped region, node-wide") {
+TEST_CASE("max-region-bytes counts every engine's mapped region, node-wide") {
   Daemon daemon;
   daemon.registry().set_max_region_bytes(testing::kNumBlocks * testing::kBlockLen * 3 / 2);
   Engine first(daemon, "engine-1");
