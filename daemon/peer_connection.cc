@@ -452,14 +452,14 @@ asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boos
   write_in_progress_ = true;
   last_write_progress_ = std::chrono::steady_clock::now();
   if (!stream_.tls()) socket_.non_blocking(true, ec);  // for WriteSome; async operations do not care
-  while (!ec && !out.done() && !closed_) {
+  while (!ec && !out.done() && MayWriteOn()) {
     const size_t n = co_await WriteSome(out, ec);
     if (n > 0) {
       bytes_sent_ += n;
       out.Consumed(n);
       last_write_progress_ = std::chrono::steady_clock::now();
     }
-    if (closed_) break;
+    if (!MayWriteOn()) break;
     // Plain TCP: the kernel could not read a source block (its file was
     // truncated) and wrote nothing of it; zeros finish the frame.
     if (ec == boost::system::errc::bad_address && !stream_.tls() && out.TearHere()) {
@@ -486,7 +486,7 @@ asio::awaitable<size_t> PeerConnection::WriteSome(OutgoingFrame& out, boost::sys
     const size_t n = socket_.write_some(out.Next(), ec);
     if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
     co_await socket_.async_wait(tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || closed_) co_return 0;
+    if (ec || !MayWriteOn()) co_return 0;
   }
 }
 

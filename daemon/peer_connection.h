@@ -167,6 +167,9 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   void OnTornFrameWritten(const protocol::BlockData& data);
   // The write-progress liveness check (wire spec section 4 step 8).
   bool WriterStalled() const;
+  // A frame already started is finished even while the connection lingers
+  // (a graceful close: the disconnect must follow a whole frame).
+  bool MayWriteOn() const { return !closed_ || lingering_; }
   boost::asio::awaitable<void> TickLoop();
   boost::asio::awaitable<void> Dial(std::string host, std::string port);
   void StartLoops();
