@@ -275,8 +275,8 @@ TEST_CASE("PSK: the ordered handshake completes, dialer first, and each proof is
   const auto& to_a = p.pipe.Delivered(SessionPipe::kA);
   REQUIRE(to_b.size() == 2);
   REQUIRE(to_a.size() == 2);
-  const auto& a_connect = std::get<protocol::Connect>(to_b[0]);
-  const auto& b_connect = std::get<protocol::Connect>(to_a[0]);
+  const protocol::Connect a_connect = std::get<protocol::Connect>(to_b[0]);
+  const protocol::Connect b_connect = std::get<protocol::Connect>(to_a[0]);
   const auto& dialer_ack = std::get<protocol::ConnectAck>(to_b[1]);
   const auto& acceptor_ack = std::get<protocol::ConnectAck>(to_a[1]);
   CHECK(dialer_ack.proof == DialerProof(kPsk, b_connect.nonce, a_connect.nonce, p.a.id, p.b.id));
@@ -381,8 +381,8 @@ TEST_CASE("PSK: a proof computed for one connection fails on another (no relay)"
   PeerSession at_b(b.config, clock.AsClock(), to_m_from_b.AsSend(), b.index);  // B accepts M
   at_a.Start();
   at_b.Start();
-  const auto& a_connect = std::get<protocol::Connect>(to_m_from_a.frames.at(0).message);
-  const auto& b_connect = std::get<protocol::Connect>(to_m_from_b.frames.at(0).message);
+  const protocol::Connect a_connect = std::get<protocol::Connect>(to_m_from_a.frames.at(0).message);
+  const protocol::Connect b_connect = std::get<protocol::Connect>(to_m_from_b.frames.at(0).message);
   // M forwards B's connect to A and A's connect to B (same nonces, epochs, ids).
   protocol::Connect as_b = b_connect;
   protocol::Connect as_a = a_connect;
