@@ -124,6 +124,7 @@ boost::json::array PeerManager::PeersStatus() const {
     // Beyond the spec's fields: what the limits watch (max-rounds-per-peer,
     // max-queued-bytes), for the current connection.
     peer["rounds_open"] = connection ? connection->session().RoundsOpen() : 0;
+    peer["round_key_bytes"] = connection ? connection->session().RoundKeyBytes() : 0;  // --max-round-key-bytes
     peer["queued_bytes"] = connection ? connection->queued_bytes() : 0;
     peer["queued_bytes_peak"] = connection ? connection->queued_bytes_peak() : 0;
     if (entry.last_error) {

@@ -470,6 +470,7 @@ size_t PeerSession::LoadsInFlight() const { return impl_->client->LoadsInFlight(
 size_t PeerSession::RoundsServing() const { return impl_->server->RoundsServing(); }
 size_t PeerSession::RoundsOpen() const { return impl_->server->RoundsOpen(); }
 uint64_t PeerSession::RoundsRefused() const { return impl_->server->RoundsRefused(); }
+uint64_t PeerSession::RoundKeyBytes() const { return impl_->server->RoundKeyBytes(); }
 
 size_t PeerSession::ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const {
   if (impl_->state == State::kClosed) return 0;  // RegisterLookup answers miss and holds nothing

@@ -179,6 +179,8 @@ class PeerSession {
   // because config.server.max_rounds were open (ServerConfig::max_rounds).
   size_t RoundsOpen() const;
   uint64_t RoundsRefused() const;
+  // Server role: key bytes of the open rounds (ServerConfig::max_round_key_bytes).
+  uint64_t RoundKeyBytes() const;
   // Client role: see ClientRole::ProbesWith (0 once closed).
   size_t ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const;
 

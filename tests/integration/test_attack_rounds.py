@@ -103,7 +103,10 @@ class RoundAttackTest(DaemonTestCase):
         self.assertIn("max-round-key-bytes", a.log_text())
         # Nothing of this was a violation: the connection is still up.
         self.assert_alive(p)
-        self.assertEqual(peer_status(a, p.peer_id)["state"], "ready")
+        status = peer_status(a, p.peer_id)
+        self.assertEqual(status["state"], "ready")
+        self.assertEqual(status["rounds_open"], accepted)
+        self.assertLessEqual(status["round_key_bytes"], bound)
 
     def test_lookup_only_round_is_retired_and_its_pins_released(self):
         a = self.start_daemon("a", BLOCK_LEN, extra=["--round-timeout-s", "2"])
