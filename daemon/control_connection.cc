@@ -110,7 +110,8 @@ bool ControlConnection::Split(const char* data, size_t size) {
     if (partial_.size() + take > kMaxControlLineBytes) return false;
     partial_.append(data, take);
     if (newline == nullptr) break;
-    unanswered_bytes_ += partial_.size() + 1;
+    // Counted by capacity: what the line really holds in memory.
+    unanswered_bytes_ += partial_.capacity();
     queue_.push_back(ControlLine{std::move(partial_), std::move(partial_fds_)});
     partial_.clear();
     partial_fds_.clear();
@@ -142,7 +143,7 @@ asio::awaitable<void> ControlConnection::ProcessLoop(std::shared_ptr<ControlConn
     }
     ControlLine line = std::move(queue_.front());
     queue_.pop_front();
-    const size_t line_bytes = line.text.size() + 1;
+    const size_t line_bytes = line.text.capacity();  // as counted when queued
     // Named, not a temporary inside co_await: GCC 12 mishandles some
     // temporaries in co_await operands.
     asio::awaitable<std::string> handling = handler_->HandleLine(self, std::move(line));

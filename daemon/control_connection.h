@@ -8,7 +8,7 @@
 // order. Reading ahead is what lets the daemon notice an engine's exit
 // while a long poll is still waiting; it is bounded by a small queue and by
 // kMaxUnansweredBytes: request bytes received and not yet answered (queued
-// lines, the line being handled, the partial line). At the bound the reader
+// lines, the line being handled, the partial line; by allocated size). At the bound the reader
 // stops reading the socket until answers drain, so a client that pipelines
 // large lines without reading its answers holds at most that much
 // (docs/control-api.md section 4).
@@ -89,7 +89,7 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   // Closed or stopped: the handler must not be used on its behalf.
   bool closed() const { return closed_; }
   // Request bytes received and not yet answered (tests, diagnostics).
-  size_t unanswered_bytes() const { return unanswered_bytes_ + partial_.size(); }
+  size_t unanswered_bytes() const { return unanswered_bytes_ + partial_.capacity(); }
 
  private:
   // Each coroutine holds `self`, which keeps the connection alive.
