@@ -22,6 +22,7 @@
 #include "config/psk.h"
 #include "config/toml_subset.h"
 #include "config/version.h"
+#include "protocol/peer_id.h"
 
 namespace kvpeer::config {
 namespace {
@@ -90,6 +91,11 @@ std::string ApplyNodeId(const std::vector<std::string>& raw, Settings* s) {
   std::optional<HostPort> address = ParseHostPort(raw.front());
   if (!address || address->port == 0) {
     return Quoted(raw.front()) + " is not HOST:PORT (port 1..65535; IPv6 as [::1]:5710)";
+  }
+  // Peers check a peer_id's syntax (wire-protocol.md section 2), so a name
+  // they would refuse is refused here, at start, instead.
+  if (std::optional<std::string> why = protocol::PeerIdSyntaxError(raw.front())) {
+    return Quoted(raw.front()) + " is not a valid peer_id: it " + *why;
   }
   s->node_id = raw.front();
   s->node_id_from_listen = false;
@@ -784,7 +790,7 @@ std::optional<std::string> DefaultNodeId(const HostPort& listen) {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return std::nullopt;
   // A hostname that is not a valid HOST would make an unusable peer name.
-  if (!ParseHostPort(std::string(name) + ":1")) return std::nullopt;
+  if (protocol::PeerIdSyntaxError(std::string(name) + ":1")) return std::nullopt;
   return FormatHostPort({name, listen.port});
 }
 

@@ -95,10 +95,10 @@ void PeerManager::RecordClose(const PeerConnection& connection) {
 void PeerManager::CountAuthFailure(const PeerConnection& connection) {
   if (counters_ == nullptr) return;
   // (Without a key of its own a node may have been ready already.)
-  const std::string& reason = connection.session().close_reason();
-  if (reason == "authentication failed") {
+  const session::PeerSession& session = connection.session();
+  if (session.authentication_failed()) {
     counters_->Add("auth_failures");  // the peer's proof was missing or wrong
-  } else if (reason == "peer disconnected: authentication failed") {
+  } else if (session.peer_refused_authentication()) {
     counters_->Add("auth_rejected_by_peer");  // the peer refused our proof
   }
 }

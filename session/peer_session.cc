@@ -116,6 +116,7 @@ struct PeerSession::Impl {
   // Role frames sent before ready, flushed in order once ready.
   std::deque<OutFrame> queued;
   std::string close_reason;
+  bool peer_refused_authentication = false;  // see PeerSession::peer_refused_authentication
   SessionCounters counters;
   std::optional<Duration> rtt;
   TimePoint started_at{};
@@ -216,6 +217,9 @@ Status PeerSession::Impl::Handle(const protocol::ConnectAck& message) {
 Status PeerSession::Impl::Handle(const protocol::Disconnect& message) {
   std::string reason = "peer disconnected";
   if (message.reason) reason += ": " + *message.reason;
+  // A reason the spec fixes (wire-protocol.md section 5), so a wire value
+  // to compare, not our own message text.
+  peer_refused_authentication = message.reason == "authentication failed" && !handshake.complete();
   Close(reason, /*notify_peer=*/false);  // the peer has gone; answering is pointless
   return Status::Unavailable(reason);
 }
@@ -367,6 +371,8 @@ uint64_t PeerSession::MaxInboundPayloadLen() const {
 bool PeerSession::authentication_failed() const {
   return impl_->handshake.failure() == HandshakeFailure::kAuthentication;
 }
+
+bool PeerSession::peer_refused_authentication() const { return impl_->peer_refused_authentication; }
 
 bool PeerSession::FeatureOn(std::string_view name) const { return ready() && impl_->handshake.FeatureOn(name); }
 

@@ -110,6 +110,9 @@ class PeerSession {
   // The handshake failed on a missing or wrong proof (this end sent
   // "authentication failed"); for counting without parsing reasons.
   bool authentication_failed() const;
+  // The peer closed the handshake with disconnect{reason:"authentication
+  // failed"}: it refused our proof.
+  bool peer_refused_authentication() const;
   // The features on for this connection: both connects listed them. Empty
   // (and FeatureOn false) until ready.
   bool FeatureOn(std::string_view name) const;

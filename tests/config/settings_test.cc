@@ -143,6 +143,12 @@ TEST_CASE("node-id defaults") {
     Settings explicit_id = MustParse({"--listen", "127.0.0.1:0", "--node-id", "me:1"});
     CHECK(ResolveNodeId(explicit_id, 41234) == "me:1");
   }
+  SECTION("an id peers would refuse (wire-protocol.md section 2) is refused at start") {
+    const std::string underscore = MustFail({"--node-id", "node_a:5710"});
+    CHECK(underscore.find("'node_a:5710' is not a valid peer_id") != std::string::npos);
+    CHECK(underscore.find("only letters, digits, '-' and '.'") != std::string::npos);
+    CHECK(MustFail({"--node-id", "node-a:05710"}).find("without leading zeros") != std::string::npos);
+  }
 }
 
 struct BadValue {

@@ -22,7 +22,7 @@ import sys
 import time
 import unittest
 
-from harness import DaemonTestCase, kvpeerctl_path, dump
+from harness import DaemonTestCase, dump, kvpeerctl_path, small_asan_quarantine, ubsan_without_vptr
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 from wire_peer import WirePeer
@@ -104,7 +104,7 @@ class ControlSocketBoundsTest(DaemonTestCase):
             return None
 
     def test_pipelined_lines_without_reading_answers_stay_within_the_byte_bound(self):
-        a = self.start_daemon("a", BLOCK_LEN)
+        a = self.start_daemon("a", BLOCK_LEN, env=small_asan_quarantine())
         e = self.engine(a, 4, BLOCK_LEN, name="flooder")
         time.sleep(0.3)
         before = rss_bytes(a.pid)
@@ -131,7 +131,8 @@ class ControlSocketBoundsTest(DaemonTestCase):
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
         try:
-            a = self.start_daemon("a", BLOCK_LEN, extra=["--max-control-connections", "1000"])
+            a = self.start_daemon("a", BLOCK_LEN, extra=["--max-control-connections", "1000"],
+                                  env=ubsan_without_vptr(self.workdir, "a"))
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         held = []

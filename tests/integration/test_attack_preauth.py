@@ -24,7 +24,7 @@ import struct
 import time
 import unittest
 
-from harness import Daemon, DaemonTestCase, dump
+from harness import Daemon, DaemonTestCase, dump, ubsan_without_vptr
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
@@ -100,7 +100,7 @@ class RlimitDaemon(Daemon):
     """A kvpeerd started under `prlimit --nofile=N`."""
 
     def __init__(self, workdir, name, args, nofile):
-        super().__init__(workdir, name, args)
+        super().__init__(workdir, name, args, env=ubsan_without_vptr(workdir, name))
         self.nofile = nofile
 
     def command(self):

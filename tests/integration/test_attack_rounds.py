@@ -20,7 +20,7 @@ import json
 import time
 import unittest
 
-from harness import DaemonTestCase
+from harness import DaemonTestCase, small_asan_quarantine
 from wire_peer import WirePeer
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
@@ -77,7 +77,7 @@ class RoundAttackTest(DaemonTestCase):
 
     def test_round_flood_is_bounded_in_bytes(self):
         bound = 32 * MIB
-        a = self.start_daemon("a", BLOCK_LEN, extra=["--max-round-key-bytes", str(bound)])
+        a = self.start_daemon("a", BLOCK_LEN, extra=["--max-round-key-bytes", str(bound)], env=small_asan_quarantine())
         p = self.dial(a)
         # One frame of 1900 keys of 4 KiB: 15.6 MB of hex, just under the
         # header limit; each round is charged 1900 * (4096 + 128) bytes.
