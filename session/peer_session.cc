@@ -218,8 +218,9 @@ Status PeerSession::Impl::Handle(const protocol::Disconnect& message) {
   std::string reason = "peer disconnected";
   if (message.reason) reason += ": " + *message.reason;
   // A reason the spec fixes (wire-protocol.md section 5), so a wire value
-  // to compare, not our own message text.
-  peer_refused_authentication = message.reason == "authentication failed" && !handshake.complete();
+  // to compare, not our own message text. Without a key of its own this
+  // end may have been ready already when the peer refused it.
+  peer_refused_authentication = message.reason == "authentication failed";
   Close(reason, /*notify_peer=*/false);  // the peer has gone; answering is pointless
   return Status::Unavailable(reason);
 }

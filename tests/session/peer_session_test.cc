@@ -441,6 +441,11 @@ TEST_CASE("PSK configured on one side only: authentication fails", "[session][ps
     p.ConnectAndPump();
     CHECK(p.a.session->close_reason() == "authentication failed");
     CHECK(p.b.session->close_reason() == "peer disconnected: authentication failed");
+    // What the daemon counts (auth_failures, auth_rejected_by_peer), as values.
+    CHECK(p.a.session->authentication_failed());
+    CHECK_FALSE(p.a.session->peer_refused_authentication());
+    CHECK(p.b.session->peer_refused_authentication());  // b, keyless, was ready already
+    CHECK_FALSE(p.b.session->authentication_failed());
   }
   SECTION("the acceptor has the key") {
     SessionPair p;
@@ -448,7 +453,19 @@ TEST_CASE("PSK configured on one side only: authentication fails", "[session][ps
     p.ConnectAndPump();
     CHECK(p.b.session->close_reason() == "authentication failed");
     CHECK(p.a.session->close_reason() == "peer disconnected: authentication failed");
+    CHECK(p.b.session->authentication_failed());
+    CHECK(p.a.session->peer_refused_authentication());
   }
+}
+
+TEST_CASE("a disconnect for another reason is not an authentication refusal", "[session][psk]") {
+  LoneSession t;
+  REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+  REQUIRE(t.session->OnMessage(t.PeerAck()).ok());
+  CHECK(t.session->OnMessage(protocol::Disconnect{"authentication failed, said nobody"}).code() ==
+        Status::Code::kUnavailable);
+  CHECK_FALSE(t.session->peer_refused_authentication());
+  CHECK_FALSE(t.session->authentication_failed());
 }
 
 TEST_CASE("without a PSK a proof we did not ask for is ignored", "[session][psk]") {
