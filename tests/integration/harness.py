@@ -55,6 +55,15 @@ def model_flags(block_len, fingerprint=DEFAULT_FINGERPRINT, hash_seed=DEFAULT_HA
     return ["--block-len", str(block_len), "--config-fingerprint", fingerprint, "--hash-seed", hash_seed]
 
 
+def rss_bytes(pid):
+    """The resident set size of process `pid`, from /proc."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def _add_sanitizer_option(variable, option):
     inherited = os.environ.get(variable, "")
     return {variable: (inherited + ":" if inherited else "") + option}

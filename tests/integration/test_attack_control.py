@@ -22,7 +22,7 @@ import sys
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerctl_path, small_asan_quarantine, ubsan_without_vptr
+from harness import DaemonTestCase, dump, kvpeerctl_path, rss_bytes, small_asan_quarantine, ubsan_without_vptr
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 from wire_peer import WirePeer
@@ -47,14 +47,6 @@ def read_line(s, timeout=5.0):
             break
         data += chunk
     return data
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 class ControlSocketBoundsTest(DaemonTestCase):

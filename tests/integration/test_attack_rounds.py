@@ -20,7 +20,7 @@ import json
 import time
 import unittest
 
-from harness import DaemonTestCase, small_asan_quarantine
+from harness import DaemonTestCase, rss_bytes, small_asan_quarantine
 from wire_peer import WirePeer
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
@@ -38,14 +38,6 @@ def peer_status(daemon, peer_id):
         if p["peer_id"] == peer_id:
             return p
     return None
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def pins_gauge(daemon):
