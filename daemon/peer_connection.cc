@@ -13,6 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "config/host_port.h"
 #include "daemon/outgoing_frame.h"
 #include "daemon/shm_region.h"
 #include "protocol/frame.h"
@@ -66,6 +67,7 @@ PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config,
       tick_timer_(socket_.get_executor()) {
   writer_wake_.expires_at(asio::steady_timer::time_point::max());
   liveness_timeout_ = config.liveness_timeout;
+  if (stream_.tls()) config.identity_check = [this](const std::string& peer_id) { return CheckIdentity(peer_id); };
   session::SendFn send = [this](session::OutFrame frame) { Enqueue(std::move(frame)); };
   session_ = std::make_unique<session::PeerSession>(
       std::move(config), [] { return std::chrono::steady_clock::now(); }, std::move(send), index_,
@@ -73,6 +75,14 @@ PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config,
 }
 
 PeerConnection::~PeerConnection() = default;
+
+// Wire spec section 5, "With TLS": the certificate must name the host of
+// the peer_id the peer claims, whichever side dialled.
+std::optional<std::string> PeerConnection::CheckIdentity(const std::string& peer_id) const {
+  const std::optional<config::HostPort> claimed = config::ParseHostPort(peer_id);
+  if (!claimed) return "peer_id " + peer_id + " has no host";
+  return stream_.IdentityMismatch(claimed->host);
+}
 
 std::string PeerConnection::remote_address() const {
   if (!remote_.empty()) return remote_;

@@ -154,6 +154,8 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
     std::string head;
   };
 
+  // The session's identity check under TLS (session::IdentityCheck).
+  std::optional<std::string> CheckIdentity(const std::string& peer_id) const;
   boost::asio::awaitable<void> ReadLoop();
   // Under TLS, payload bytes are decrypted into bounce_in_ and placed into
   // the slot `target` through its region's descriptor; false when that

@@ -70,7 +70,9 @@ void PeerManager::RecordClose(const PeerConnection& connection) {
     const size_t kind = handshake_kind;
     ++handshake_failures_[kind];
     if (violation && kHandshakeFailureLabels[kind] == "protocol_violation") ++violations_[*violation];
-    spdlog::warn("peer {} ({}): handshake failed ({}): {}", peer, address, kHandshakeFailureLabels[kind], reason);
+    const std::string& detail = connection.session().authentication_detail();
+    spdlog::warn("peer {} ({}): handshake failed ({}): {}{}", peer, address, kHandshakeFailureLabels[kind], reason,
+                 detail.empty() ? "" : " (" + detail + ")");
     return;
   }
   const size_t kind = ClassifySessionClose(reason, violation.has_value());

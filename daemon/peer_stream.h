@@ -5,9 +5,11 @@
 // TLS is TLS 1.3 only, with mutual certificate verification: each side
 // presents its certificate and requires one from the peer, signed by the
 // configured CA (verify_peer | verify_fail_if_no_peer_cert). The dialling
-// side also checks that the certificate names the host it dialled (DNS or
-// IP subject alternative name), like HTTPS. The accepting side cannot: the
-// peer's name is known only from its `connect`.
+// side also checks, during the TLS handshake, that the certificate names the
+// host it dialled (DNS or IP subject alternative name), like HTTPS. Both
+// sides then check it against the host of the peer_id the peer's `connect`
+// claims (IdentityMismatch, wire-protocol.md section 5): a certificate from
+// the cluster's CA does not let its holder speak as another node.
 //
 // Over TLS, block payloads pass through user space to be encrypted or
 // decrypted; PeerConnection then moves them between the engines' regions
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -65,6 +68,11 @@ class PeerStream {
   // Dialling side: the peer's certificate must name `host`. Call before
   // Handshake; no-op for plain TCP.
   void VerifyPeerName(const std::string& host);
+  // After the TLS handshake: nullopt when the peer's certificate names
+  // `host` (an IP literal against its IP addresses, a DNS name against its
+  // DNS names, no partial wildcards), else what it does not name. Plain
+  // TCP proves nothing and is never asked.
+  std::optional<std::string> IdentityMismatch(const std::string& host) const;
   // The TLS handshake in `role`; completes at once for plain TCP.
   boost::asio::awaitable<void> Handshake(boost::asio::ssl::stream_base::handshake_type role,
                                          boost::system::error_code& ec);

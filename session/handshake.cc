@@ -60,6 +60,12 @@ Status Handshake::OnConnect(const protocol::Connect& peer, std::optional<protoco
   // peer sends one.
   if (peer_connect_) return Failed(HandshakeFailure::kViolation, Status::Violation("connect after handshake"));
   if (!own_connect_) return Failed(HandshakeFailure::kViolation, Status::Internal("connect before ours was sent"));
+  if (settings_.identity_check) {
+    if (std::optional<std::string> mismatch = settings_.identity_check(peer.peer_id)) {
+      failure_detail_ = std::move(*mismatch);
+      return Failed(HandshakeFailure::kAuthentication, Status::Violation("authentication failed"));
+    }
+  }
   if (Status s = CheckSettings(peer); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
   if (Status s = CheckIdentity(peer); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
   peer_connect_ = peer;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,11 @@
 #include "protocol/status.h"
 
 namespace kvpeer::session {
+
+// Checks the transport's proof of identity (a TLS certificate) against the
+// peer_id a peer's connect claims: nullopt when it matches, else what did
+// not match, for the log (wire-protocol.md section 5, "With TLS").
+using IdentityCheck = std::function<std::optional<std::string>(const std::string& peer_id)>;
 
 struct HandshakeSettings {
   std::string local_id;
@@ -39,6 +45,8 @@ struct HandshakeSettings {
   // The features we offer in our connect (section 7); a feature is on when
   // the peer's connect lists it too.
   std::vector<std::string> features;
+  // Empty when the transport proves nothing (plain TCP).
+  IdentityCheck identity_check;
 };
 
 // Why a handshake step failed, for callers that count failures (never
@@ -60,8 +68,11 @@ class Handshake {
 
   // Judges the peer's connect. On success *reply holds the connect_ack to
   // send now, or stays empty when our ack must wait (a PSK acceptor waits
-  // for the dialer's proof). Errors are kViolation; a settings mismatch
-  // names the field and both values (only the field for hash_seed).
+  // for the dialer's proof). A peer_id the transport's identity does not
+  // vouch for is kAuthentication ("authentication failed", before anything
+  // else of the connect is looked at); other errors are kViolation, and a
+  // settings mismatch names the field and both values (only the field for
+  // hash_seed).
   Status OnConnect(const protocol::Connect& peer, std::optional<protocol::ConnectAck>* reply);
 
   // Judges the peer's connect_ack: it must follow the peer's connect, carry
@@ -75,6 +86,9 @@ class Handshake {
   bool complete() const { return own_ack_sent_ && peer_ack_.has_value(); }
   // The kind of the last failure (kNone while none happened).
   HandshakeFailure failure() const { return failure_; }
+  // For the log, after an identity mismatch: what did not match. The peer
+  // is told only "authentication failed".
+  const std::string& failure_detail() const { return failure_detail_; }
   const std::optional<protocol::Connect>& peer_connect() const { return peer_connect_; }
 
   // The negotiated features: those both connects list, in our order.
@@ -97,6 +111,7 @@ class Handshake {
   std::optional<protocol::ConnectAck> peer_ack_;
   bool own_ack_sent_ = false;
   HandshakeFailure failure_ = HandshakeFailure::kNone;
+  std::string failure_detail_;
   std::vector<std::string> features_on_;
 };
 

@@ -54,7 +54,8 @@ constexpr bool kIsRoleMessage =
 
 HandshakeSettings ToHandshakeSettings(const SessionConfig& config, const std::string& expected_peer_id) {
   return {config.local_id, config.block_len, config.config_fingerprint, config.hash_seed,
-          config.epoch,    config.psk,       expected_peer_id,          config.features};
+          config.epoch,    config.psk,       expected_peer_id,          config.features,
+          config.identity_check};
 }
 
 }  // namespace
@@ -372,6 +373,8 @@ uint64_t PeerSession::MaxInboundPayloadLen() const {
 bool PeerSession::authentication_failed() const {
   return impl_->handshake.failure() == HandshakeFailure::kAuthentication;
 }
+
+const std::string& PeerSession::authentication_detail() const { return impl_->handshake.failure_detail(); }
 
 bool PeerSession::peer_refused_authentication() const { return impl_->peer_refused_authentication; }
 

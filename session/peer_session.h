@@ -44,6 +44,7 @@
 #include "protocol/messages.h"
 #include "protocol/status.h"
 #include "session/client_role.h"
+#include "session/handshake.h"
 #include "session/server_role.h"
 #include "session/session_types.h"
 
@@ -58,6 +59,10 @@ struct SessionConfig {
   std::optional<std::string> psk;  // pre-shared key bytes, when authentication is on
   // Features offered in our connect (wire spec section 7); none yet.
   std::vector<std::string> features;
+  // What the transport proves of the peer's identity (its TLS
+  // certificate), checked against the peer_id of its connect; empty for
+  // plain TCP. See Handshake::OnConnect.
+  IdentityCheck identity_check;
   Duration handshake_timeout = std::chrono::seconds(10);
   Duration ping_interval = std::chrono::seconds(2);
   Duration liveness_timeout = std::chrono::seconds(10);
@@ -107,9 +112,12 @@ class PeerSession {
   // the FrameDecoder (SetMaxLengths) before each frame's prefix.
   uint32_t MaxInboundHeaderLen() const;
   uint64_t MaxInboundPayloadLen() const;
-  // The handshake failed on a missing or wrong proof (this end sent
-  // "authentication failed"); for counting without parsing reasons.
+  // The handshake failed on a missing or wrong proof, or on a peer_id the
+  // transport's identity does not vouch for (this end sent "authentication
+  // failed"); for counting without parsing reasons.
   bool authentication_failed() const;
+  // After an identity mismatch: what did not match, for the log.
+  const std::string& authentication_detail() const;
   // The peer closed the handshake with disconnect{reason:"authentication
   // failed"}: it refused our proof.
   bool peer_refused_authentication() const;

@@ -458,6 +458,46 @@ TEST_CASE("PSK configured on one side only: authentication fails", "[session][ps
   }
 }
 
+TEST_CASE("a transport identity that does not vouch for the claimed peer_id fails authentication", "[session][tls]") {
+  // Wire spec section 5, "With TLS": both ends check, before anything else
+  // of the connect counts; the peer hears only "authentication failed".
+  const bool we_dial = GENERATE(true, false);
+  const bool with_psk = GENERATE(false, true);
+  LoneSession t(we_dial ? "node-b:7000" : "");
+  std::vector<std::string> asked;
+  t.node.config.identity_check = [&](const std::string& peer_id) -> std::optional<std::string> {
+    asked.push_back(peer_id);
+    if (peer_id == "node-b:7000") return std::nullopt;
+    return "the peer's certificate does not name host " + peer_id.substr(0, peer_id.find(':'));
+  };
+  if (with_psk) t.node.config.psk = kPsk;
+  t.Make(we_dial ? "node-b:7000" : "");
+  SECTION("a claimed id the certificate names is accepted") {
+    REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
+    CHECK(asked == std::vector<std::string>{"node-b:7000"});
+    CHECK_FALSE(t.session->authentication_failed());
+  }
+  SECTION("another node's id is refused before its settings are judged") {
+    protocol::Connect c = t.PeerConnect();
+    c.peer_id = "node-c:7000";
+    c.block_len = kBlockLen + 1;  // would be a settings mismatch: not looked at
+    const size_t acks_before = t.log.Count<protocol::ConnectAck>();
+    CHECK(t.session->OnMessage(c).code() == Status::Code::kViolation);
+    CHECK(t.LastDisconnectReason() == "authentication failed");
+    CHECK(t.session->state() == State::kClosed);
+    CHECK(t.session->authentication_failed());
+    CHECK(t.session->authentication_detail() == "the peer's certificate does not name host node-c");
+    CHECK(t.log.Count<protocol::ConnectAck>() == acks_before);
+    CHECK_FALSE(t.session->peer_connect().has_value());
+  }
+}
+
+TEST_CASE("without a transport identity nothing is checked", "[session][tls]") {
+  LoneSession t("");
+  t.MakeReady();
+  CHECK(t.session->authentication_detail().empty());
+}
+
 TEST_CASE("a disconnect for another reason is not an authentication refusal", "[session][psk]") {
   LoneSession t;
   REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
