@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -122,22 +124,52 @@ asio::awaitable<void> PeerConnection::AcceptTls() {
   AfterSessionActivity();
 }
 
-void PeerConnection::StartDial(const std::string& host, const std::string& port) {
+void PeerConnection::StartDial(const std::string& host, const std::string& port, PeerResolver& resolver) {
   dialled_ = true;
   remote_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;  // until connected
-  session_->Start();  // our connect waits in the queue until the socket is up
-  auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self, host, port]() { return self->Dial(host, port); }, asio::detached);
-  // The tick loop runs from now on so the handshake deadline covers the dial.
+  // Our connect waits in the queue until the socket is up; the handshake
+  // deadline waits for the TCP connect (OnResolved).
+  session_->StartAwaitingTransport();
+  uint16_t port_number = 0;
+  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), port_number);
+  const bool numeric = error == std::errc() && end == port.data() + port.size();
+  std::weak_ptr<PeerConnection> weak = weak_from_this();
+  auto resolved = [weak, host, port](ResolveOutcome outcome) {
+    if (auto self = weak.lock()) self->OnResolved(host, port, std::move(outcome));
+  };
+  if (numeric) {
+    lookup_ = resolver.Resolve(host, port_number, std::move(resolved));
+  } else {
+    ResolveOutcome bad_port;
+    bad_port.failure = ResolveFailure::kBadName;
+    bad_port.error = "the port is not a number from 0 to 65535";
+    asio::post(socket_.get_executor(), [resolved, bad_port] { resolved(bad_port); });
+  }
+  // The tick loop runs from now on: the work's own timeouts run during the lookup.
   StartTickLoop();
 }
 
-asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port) {
+void PeerConnection::OnResolved(const std::string& host, const std::string& port, ResolveOutcome outcome) {
+  lookup_.reset();
+  if (closed_) return;
+  if (outcome.failure) {
+    CloseSocketAndSession("cannot connect to " + remote_ + ": " + outcome.error);
+    return;
+  }
+  session_->TransportUp();  // the handshake deadline covers the TCP connect, TLS and the handshake
+  auto self = shared_from_this();
+  asio::co_spawn(
+      socket_.get_executor(),
+      [self, host, port, endpoints = std::move(outcome.endpoints)]() mutable {
+        return self->Dial(std::move(host), std::move(port), std::move(endpoints));
+      },
+      asio::detached);
+}
+
+asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, std::vector<tcp::endpoint> endpoints) {
   auto self = shared_from_this();
   boost::system::error_code ec;
-  tcp::resolver resolver(socket_.get_executor());
-  auto endpoints = co_await resolver.async_resolve(host, port, asio::redirect_error(asio::use_awaitable, ec));
-  if (!ec && !closed_) co_await asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+  co_await asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
   if (closed_) co_return;
   if (ec) {
     CloseSocketAndSession("cannot connect to " + host + ":" + port + ": " + ec.message());
@@ -556,6 +588,7 @@ void PeerConnection::AfterExternalOp() { AfterSessionActivity(); }
 
 void PeerConnection::AfterSessionActivity() {
   if (!ever_ready_ && session_->ready()) ever_ready_ = true;
+  if (closed_ || session_->state() == session::PeerSession::State::kClosed) lookup_.reset();  // taken back
   DivertAbandonedFrame();
   if (!closed_ && session_->state() == session::PeerSession::State::kClosed) {
     // The session ended itself (violation, timeout, peer's disconnect) or

@@ -43,6 +43,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "daemon/peer_resolver.h"
 #include "daemon/peer_stream.h"
 #include "protocol/frame_decoder.h"
 #include "protocol/messages.h"
@@ -102,9 +103,12 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Accepted socket: starts the session and the I/O loops.
   void StartAccepted();
   // Dials `host:port` of the expected peer; the session starts at once so
-  // work can queue while the dial is in progress. A dial that fails closes
-  // the connection with a reason naming the address and the error.
-  void StartDial(const std::string& host, const std::string& port);
+  // work can queue while the dial is in progress. `resolver` looks the
+  // host up (an IP literal at once); the handshake deadline runs from the
+  // TCP connect, not from the lookup, which has its own timeout and is taken
+  // back when the connection closes first. A dial that fails closes the
+  // connection with a reason naming the address and the error.
+  void StartDial(const std::string& host, const std::string& port, PeerResolver& resolver);
 
   // Ends the session (its work fails with `reason`) after stopping every
   // read into a slot, then closes gracefully: disconnect{reason} when
@@ -173,7 +177,9 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // (a graceful close: the disconnect must follow a whole frame).
   bool MayWriteOn() const { return !closed_ || lingering_; }
   boost::asio::awaitable<void> TickLoop();
-  boost::asio::awaitable<void> Dial(std::string host, std::string port);
+  void OnResolved(const std::string& host, const std::string& port, ResolveOutcome outcome);
+  boost::asio::awaitable<void> Dial(std::string host, std::string port,
+                                    std::vector<boost::asio::ip::tcp::endpoint> endpoints);
   void StartLoops();
   void StartTickLoop();
   // Accepted TLS connection: the TLS handshake, then the loops.
@@ -221,6 +227,9 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   boost::asio::steady_timer writer_wake_;
   boost::asio::steady_timer tick_timer_;
   bool dialled_ = false;
+  // The dialled host's lookup while it runs; dropped on close, which
+  // takes it back (its callback holds no reference to this connection).
+  std::unique_ptr<PeerResolver::Lookup> lookup_;
   bool loops_started_ = false;
   bool tick_started_ = false;
   bool write_in_progress_ = false;

@@ -59,6 +59,7 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       results_(results),
       epoch_(RandomEpoch()),
       acceptor_(io),
+      resolver_(io.get_executor()),
       reap_timer_(io),
       supply_timer_(io),
       lookup_round_trip_(peer_histograms::kLookupRoundTrip),
@@ -268,7 +269,7 @@ void PeerManager::Dial(const std::string& peer, Peer& entry) {
   SetState(entry, PeerState::kConnecting);
   ++entry.dials;
   spdlog::info("peer {}: dialling", peer);
-  entry.connection->StartDial(host, port);
+  entry.connection->StartDial(host, port, resolver_);
 }
 
 PeerStream PeerManager::MakeStream(tcp::socket socket) const {

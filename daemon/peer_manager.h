@@ -36,6 +36,7 @@
 #include "daemon/metrics.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_connection.h"
+#include "daemon/peer_resolver.h"
 #include "daemon/peer_service.h"
 #include "daemon/reason_labels.h"
 #include "session/unbound_supply.h"
@@ -212,6 +213,9 @@ class PeerManager : public PeerService, private ConnectionListener {
   ResultSink& results_;
   std::string epoch_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  // Looks up dialled peers' hosts, off the event loop and apart from each
+  // other: one slow name stalls no other dial (daemon/peer_resolver.h).
+  PeerResolver resolver_;
   std::map<std::string, Peer> peers_;
   // Accepted connections not ready yet, with their source address; and
   // how many there are per source address (no zero entries).

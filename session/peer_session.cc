@@ -79,6 +79,7 @@ struct PeerSession::Impl {
   }
 
   void Start();
+  void TransportUp();
   Status Dispatch(const protocol::Message& message);
   Status Handle(const protocol::Connect& message);
   Status Handle(const protocol::ConnectAck& message);
@@ -114,6 +115,7 @@ struct PeerSession::Impl {
   std::string peer_id;
   State state = State::kHandshaking;
   bool started = false;
+  bool awaiting_transport = false;  // see PeerSession::StartAwaitingTransport
   // Role frames sent before ready, flushed in order once ready.
   std::deque<OutFrame> queued;
   std::string close_reason;
@@ -141,6 +143,15 @@ void PeerSession::Impl::Start() {
   last_receive = now;
   // connect bypasses the gate: it is what opens the gate.
   DirectSend(protocol::Message(handshake.MakeConnect(config.random_token())));
+}
+
+void PeerSession::Impl::TransportUp() {
+  if (!awaiting_transport) return;
+  awaiting_transport = false;
+  const TimePoint now = clock();
+  started_at = now;
+  last_receive = now;
+  last_send = now;
 }
 
 void PeerSession::Impl::GatedSend(OutFrame frame) {
@@ -293,6 +304,11 @@ Status PeerSession::Impl::OnBlockDataHeader(const protocol::BlockData& message, 
 
 void PeerSession::Impl::OnTick() {
   if (state == State::kClosed || !started) return;
+  if (awaiting_transport) {  // nothing to hear from or say to the peer yet; the work's own timeouts run
+    client->OnTick();
+    server->OnTick();
+    return;
+  }
   const TimePoint now = clock();
   if (state == State::kHandshaking && now - started_at >= config.handshake_timeout) {
     Close("handshake timed out", /*notify_peer=*/true);
@@ -313,8 +329,11 @@ void PeerSession::Impl::OnTick() {
 
 std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   if (state == State::kClosed || !started) return std::nullopt;
-  TimePoint next = std::min(last_receive + config.liveness_timeout, last_send + config.ping_interval);
-  if (state == State::kHandshaking) next = std::min(next, started_at + config.handshake_timeout);
+  TimePoint next = TimePoint::max();
+  if (!awaiting_transport) {
+    next = std::min(last_receive + config.liveness_timeout, last_send + config.ping_interval);
+    if (state == State::kHandshaking) next = std::min(next, started_at + config.handshake_timeout);
+  }
   for (const std::optional<TimePoint>& role : {client->NextDeadline(), server->NextDeadline()})
     if (role) next = std::min(next, *role);
   return next;
@@ -360,6 +379,11 @@ PeerSession::PeerSession(SessionConfig config, Clock clock, SendFn send, BlockIn
 PeerSession::~PeerSession() = default;
 
 void PeerSession::Start() { impl_->Start(); }
+void PeerSession::StartAwaitingTransport() {
+  impl_->Start();
+  impl_->awaiting_transport = impl_->started && impl_->state != State::kClosed;
+}
+void PeerSession::TransportUp() { impl_->TransportUp(); }
 PeerSession::State PeerSession::state() const { return impl_->state; }
 
 uint32_t PeerSession::MaxInboundHeaderLen() const {

@@ -103,6 +103,13 @@ class PeerSession {
 
   // Sends our connect. Call once, first.
   void Start();
+  // A dialled connection whose socket is not made yet (its peer's name is
+  // being resolved): Start, but the handshake deadline, liveness and pings
+  // wait for TransportUp, so a slow name costs the handshake nothing; work
+  // may queue meanwhile and its own timeouts still run.
+  void StartAwaitingTransport();
+  // The TCP connect begins: the handshake deadline runs from now.
+  void TransportUp();
 
   State state() const;
   // Ready == authenticated; see the contract at the top of this file.
