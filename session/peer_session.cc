@@ -336,6 +336,7 @@ std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   }
   for (const std::optional<TimePoint>& role : {client->NextDeadline(), server->NextDeadline()})
     if (role) next = std::min(next, *role);
+  if (next == TimePoint::max()) return std::nullopt;  // awaiting the transport with no work
   return next;
 }
 
