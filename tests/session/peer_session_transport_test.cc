@@ -18,11 +18,7 @@ using State = PeerSession::State;
 struct ResolvingPair : SessionPair {
   ResolvingPair() {
     a.config.client.load_timeout = 3s;
-    a.session = std::make_unique<PeerSession>(a.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kA), a.index,
-                                              b.id);
-    b.session = std::make_unique<PeerSession>(b.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kB), b.index);
-    pipe.Attach(SessionPipe::kA, a.session.get());
-    pipe.Attach(SessionPipe::kB, b.session.get());
+    MakeSessions();
     a.session->StartAwaitingTransport();
   }
   void AdvanceA(std::chrono::milliseconds step, int times) {

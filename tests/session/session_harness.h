@@ -58,13 +58,18 @@ struct SessionPair {
   SessionPair() : a("node-a:7000", 1), b("node-b:7000", 2), pipe(kBlockLen) {}
 
   void Connect() {
+    MakeSessions();
+    a.session->Start();
+    b.session->Start();
+  }
+
+  // The sessions from the configs, attached to the pipe, not started.
+  void MakeSessions() {
     a.session = std::make_unique<PeerSession>(a.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kA), a.index,
                                               b.id);
     b.session = std::make_unique<PeerSession>(b.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kB), b.index);
     pipe.Attach(SessionPipe::kA, a.session.get());
     pipe.Attach(SessionPipe::kB, b.session.get());
-    a.session->Start();
-    b.session->Start();
   }
 
   void ConnectAndPump() {
