@@ -230,15 +230,16 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
       SetReceiveLowWater(decoder_.payload_remaining());
-      // Under TLS the payload is decrypted in user space: into the bounce
-      // buffer, never into a mapping a truncation could pull away (SIGBUS).
-      const bool bounced = payload && stream_.tls();
+      // Under TLS the payload is decrypted in user space: into the staging
+      // buffer, never into a mapping a truncation could pull away (SIGBUS),
+      // and into the slot only a whole piece at a time (OnStagedBytes).
+      const bool staged = payload && stream_.tls() && !decoder_.discarding_payload();
       asio::mutable_buffer into(target.data(), target.size());
-      if (bounced) {
-        bounce_in_.resize(std::min(target.size(), OutgoingFrame::kBounceBytes));
-        into = asio::buffer(bounce_in_);
+      if (staged) {
+        const std::span<uint8_t> room = staging_.Room(target);
+        into = asio::buffer(room.data(), room.size());
       }
-      reading_into_slot_ = payload && !bounced;
+      reading_into_slot_ = payload && !stream_.tls();
       // The slot lets DivertAbandonedFrame take a pending read back from a
       // slot whose load has ended.
       size_t n = co_await stream_.async_read_some(
@@ -249,15 +250,14 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
         bytes_received_ += n;
-        if (bounced && !PlaceBounced(target, n)) {
-          session_->FailOpenFrame("a destination slot is no longer backed by its file (engine region truncated?)");
-          decoder_.DiscardRestOfPayload();  // the bytes read count as a late read of the dropped rest
+        if (staged) {
+          OnStagedBytes(n);
+        } else {
           decoder_.Commit(n);
-          AfterSessionActivity();
-          continue;
         }
-        decoder_.Commit(n);
-        // A slow but moving data frame is not silence; a dribbled header is.
+        // A slow but moving data frame is not silence; a dribbled header
+        // is. (The load timeout still bounds the load: a trickle keeps the
+        // session, not its loads.)
         if (payload) session_->NoteBytesReceived();
       }
       if (ec == boost::system::errc::bad_address && payload && !stream_.tls()) {
@@ -279,14 +279,28 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
   if (lingering_) co_await DiscardUntilPeerCloses();
 }
 
-bool PeerConnection::PlaceBounced(std::span<uint8_t> target, size_t n) {
-  // The frame was dropped while the read was pending (its load ended:
-  // DivertAbandonedFrame): the bytes go nowhere, so no slot is written
-  // after its load's result.
-  const bool still_wanted = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload &&
-                            decoder_.WritableSpan().data() == target.data();
-  if (!still_wanted) return true;
-  return ShmRegion::WriteMapped(target.data(), std::span<const uint8_t>(bounce_in_.data(), n));
+void PeerConnection::OnStagedBytes(size_t n) {
+  switch (staging_.Add(n)) {
+    case BlockStaging::Arrival::kPartial:
+      return;
+    case BlockStaging::Arrival::kDiscarded:
+      // The frame was dropped while the read was pending (its load ended:
+      // DivertAbandonedFrame): the bytes go nowhere, so no slot is written
+      // after its load's result; they count as a late read of the rest.
+      decoder_.Commit(n);
+      return;
+    case BlockStaging::Arrival::kWhole:
+      break;
+  }
+  const std::span<uint8_t> destination = staging_.Destination();
+  const bool placed = ShmRegion::WriteMapped(destination.data(), staging_.Bytes());
+  staging_.Clear();
+  if (!placed) {
+    session_->FailOpenFrame("a destination slot is no longer backed by its file (engine region truncated?)");
+    decoder_.DiscardRestOfPayload();  // the piece counts as a late read of the dropped rest
+  }
+  decoder_.Commit(destination.size());
+  if (!placed) AfterSessionActivity();
 }
 
 // While a payload streams in, the reader wakes only once a good chunk of it
@@ -620,8 +634,9 @@ void PeerConnection::AfterSessionActivity() {
 // A load ended (timeout, finish) while its frame's payload was arriving:
 // the rest of that payload is read and dropped, so the load's result can be
 // reported now rather than when a stalled link finally delivers the frame.
-// Over TLS the pending read goes to the bounce buffer, not the slot
-// (PlaceBounced drops what it brings), so it need not be taken back.
+// Over TLS the pending read goes to the staging buffer, not the slot: the
+// staged piece is dropped (what it held and what the read still brings
+// count as read and discarded), so the read need not be taken back.
 void PeerConnection::DivertAbandonedFrame() {
   if (closed_ || !session_->OpenFrameAbandoned()) return;
   if (decoder_.state() != protocol::FrameDecoder::State::kReadingPayload) return;
@@ -632,7 +647,9 @@ void PeerConnection::DivertAbandonedFrame() {
     read_diverted_ = true;
     read_cancel_.emit(asio::cancellation_type::total);
   }
+  const size_t staged = staging_.Drop();
   decoder_.DiscardRestOfPayload();
+  decoder_.Commit(staged);  // fewer than the payload still owes: a piece is never whole here
   session_->AbandonOpenFrame();
 }
 

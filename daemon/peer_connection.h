@@ -1,10 +1,12 @@
 // PeerConnection: one TCP connection to one peer node, owning its
 // PeerSession and the bytes moving through it.
 //
-// Reading is zero-copy for block data: every read goes exactly where the
-// FrameDecoder wants its next bytes (prefix, header, or, once a block_data
-// header is accepted, the destination slots the session names), so payload
-// bytes are never copied in user space. Writing is one FIFO of frames: the
+// Reading is zero-copy for block data on plain TCP: every read goes exactly
+// where the FrameDecoder wants its next bytes (prefix, header, or, once a
+// block_data header is accepted, the destination slots the session names),
+// so payload bytes are never copied in user space. Under TLS the payload is
+// decrypted into a staging buffer and copied into its slot only a whole
+// block (at most BlockStaging::kMaxPieceBytes) at a time. Writing is one FIFO of frames: the
 // session's control frames are appended as they are sent, and a data frame is
 // pulled from the session only when the FIFO is empty, so a control frame never waits behind more
 // than one data frame. A block_data payload is written with scatter/gather
@@ -43,6 +45,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "daemon/block_staging.h"
 #include "daemon/peer_resolver.h"
 #include "daemon/peer_stream.h"
 #include "protocol/frame_decoder.h"
@@ -161,10 +164,10 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // The session's identity check under TLS (session::IdentityCheck).
   std::optional<std::string> CheckIdentity(const std::string& peer_id) const;
   boost::asio::awaitable<void> ReadLoop();
-  // Under TLS, payload bytes are decrypted into bounce_in_ and placed into
-  // the slot `target` through its region's descriptor; false when that
-  // slot's file no longer holds it (the load fails, the frame is dropped).
-  bool PlaceBounced(std::span<uint8_t> target, size_t n);
+  // Under TLS, `n` payload bytes arrived in staging_; a whole piece is
+  // placed into its slot through the region's descriptor, and when that
+  // slot's file no longer holds it the load fails and the frame is dropped.
+  void OnStagedBytes(size_t n);
   boost::asio::awaitable<void> WriteLoop();
   // Writes one frame piece by piece, noting each byte the socket accepts.
   // True when the frame's source was torn (it went out padded with zeros).
@@ -242,10 +245,11 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // that frame's start); see WriterStalled.
   std::chrono::steady_clock::time_point last_write_progress_{};
   session::Duration liveness_timeout_;
-  // TLS only: block payload staged between the socket and a region, each
-  // at most OutgoingFrame::kBounceBytes.
+  // TLS only: block payload between a region and the socket, at most
+  // OutgoingFrame::kBounceBytes; and from the socket to a slot, a whole
+  // piece at a time (BlockStaging, at most kMaxPieceBytes).
   std::vector<uint8_t> bounce_out_;
-  std::vector<uint8_t> bounce_in_;
+  BlockStaging staging_;
   bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;

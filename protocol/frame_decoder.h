@@ -77,6 +77,9 @@ class FrameDecoder {
   // Commit may still count up to the rest of the payload, for a read that
   // was already under way into the old target.
   void DiscardRestOfPayload();
+  // The payload being read is dropped (DiscardPayload, DiscardRestOfPayload):
+  // its bytes go to scratch memory, not to any target.
+  bool discarding_payload() const { return state_ == State::kReadingPayload && targets_.empty(); }
   // REQUIRES: state() == kHeaderReady. The payload is kept; see payload().
   void BufferPayload();
   // The buffered payload (BufferPayload), valid in kFrameReady.
