@@ -189,8 +189,8 @@ class PeerSession {
 
   size_t LoadsInFlight() const;
   size_t RoundsServing() const;
-  // Server role: it holds a round or a store job of this request (false once
-  // closed). See ServerRole::Serves.
+  // Server role: it holds a round or a store job of this request opened by a
+  // fetch or supply (false once closed). See ServerRole::Serves.
   bool ServesRequest(const std::string& kv_request_id) const;
   // Server role: every open round, and the lookups and fetches refused
   // because config.server.max_rounds were open (ServerConfig::max_rounds).

@@ -604,7 +604,10 @@ std::vector<std::string> ServerRole::TakeNewFetchIds() {
 
 std::vector<std::string> ServerRole::TakeEndedFetchIds() { return std::exchange(impl_->ended_fetch_ids, {}); }
 
-bool ServerRole::Serves(const std::string& kv_request_id) const { return impl_->requests.contains(kv_request_id); }
+// Only state a fetch or supply opened counts: a request that only a later
+// lookup brought back needs no binding (its fetch, if any, binds anew), and
+// Prune reports only tracked requests, so an untracked one never would be.
+bool ServerRole::Serves(const std::string& kv_request_id) const { return impl_->bound_ids.contains(kv_request_id); }
 
 // Results decided before the close (even those held for an unwritten frame)
 // are returned too, so no job is left without one (E58). The caller stops

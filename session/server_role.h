@@ -131,7 +131,9 @@ class ServerRole {
   // Serves() says the request came back since; a later fetch binds it anew.
   // Every id is reported once per time it became served.
   std::vector<std::string> TakeEndedFetchIds();
-  // The role holds state for this request (a round or a store job).
+  // The role holds state for this request (a round or a store job) since a
+  // fetch or supply for it, which a later TakeEndedFetchIds will report
+  // ended. A request only looked up since is not served in this sense.
   bool Serves(const std::string& kv_request_id) const;
 
   // Ends everything: every store job without a result fails with `reason`

@@ -103,11 +103,32 @@ TEST_CASE("ended ids: a request only looked up was never bound and is not report
   ServerHarness h;
   h.Publish({1});
   h.Lookup("probe", {1}, 0);
-  CHECK(h.role->Serves("probe"));
+  CHECK_FALSE(h.role->Serves("probe"));  // a lookup needs no supply binding
+  CHECK(h.role->TrackedRequests() == 1);
   h.clock.Advance(std::chrono::seconds(30));
   h.role->OnTick();
-  CHECK_FALSE(h.role->Serves("probe"));
   CHECK(h.role->TakeEndedFetchIds().empty());
+}
+
+TEST_CASE("ended ids: a lookup after the fetched round ended does not keep the binding", "[server][ended]") {
+  // Found by the randomized test: the fetch's round ends and, in the same
+  // batch, a new lookup round of the request opens. The daemon must unbind
+  // (a lookup round needs no supply, and its end is never reported).
+  ServerHarness h;
+  h.Publish({1, 2});
+  h.Lookup("s", {1}, 0);
+  REQUIRE(h.Fetch("s", {1}, {0}, 0).ok());
+  CHECK(h.role->Serves("s"));
+  h.Drain();
+  h.Lookup("s", {2}, 1);
+  CHECK(h.role->TakeEndedFetchIds() == Ids{"s"});
+  CHECK_FALSE(h.role->Serves("s"));
+  CHECK(h.role->TrackedRequests() == 1);
+  // Its fetch binds it again and its end is reported again.
+  REQUIRE(h.Fetch("s", {2}, {1}, 1).ok());
+  CHECK(h.role->Serves("s"));
+  h.Drain();
+  CHECK(h.role->TakeEndedFetchIds() == Ids{"s"});
 }
 
 TEST_CASE("ended ids: refused fetches bind nothing; a closed role reports nothing", "[server][ended]") {
