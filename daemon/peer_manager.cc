@@ -386,6 +386,7 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
   for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
+  for (const auto& kv : results.ended_fetch_ids) UnbindEndedSupply(connection, kv);
   CountRoundEvents(connection, results.round_events);
 }
 
@@ -522,6 +523,23 @@ void PeerManager::BindSupply(PeerConnection& connection, const std::string& kv_r
   for (auto& job : unbound_supply_.Take(kv_request_id)) {
     connection.session().AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
   }
+}
+
+// A binding lives while its peer's session serves the request: every way
+// that ends (the round's transfer, an abort, the round and unbound-store
+// timeouts, the consumer's terminal fetch) reports the id, so the table
+// never holds more ids than the sessions' own bounded rounds and jobs do
+// (issue 11, finding 4). Checked against the peer's connection now, not
+// the reporting one: within one batch a new fetch or a bound store may have
+// made the request served again. A store after the unbinding waits as
+// unbound supply for the request's next fetch, which binds it again.
+void PeerManager::UnbindEndedSupply(PeerConnection& connection, const std::string& kv_request_id) {
+  auto binding = supply_bindings_.find(kv_request_id);
+  if (binding == supply_bindings_.end() || binding->second != connection.session().peer_id()) return;
+  auto peer = peers_.find(binding->second);
+  const PeerConnection* current = peer == peers_.end() ? nullptr : peer->second.connection.get();
+  if (current != nullptr && current->session().ServesRequest(kv_request_id)) return;
+  supply_bindings_.erase(binding);
 }
 
 void PeerManager::SweepUnboundSupply() {

@@ -202,6 +202,8 @@ class PeerManager : public PeerService, private ConnectionListener {
   void SetState(Peer& entry, PeerState state);
   void DeliverResults(PeerConnection& connection);
   void BindSupply(PeerConnection& connection, const std::string& kv_request_id);
+  // The session no longer serves the request: its binding goes.
+  void UnbindEndedSupply(PeerConnection& connection, const std::string& kv_request_id);
   void SweepUnboundSupply();
   void CountRoundEvents(PeerConnection& connection, const session::RoundEvents& events);
   session::SessionConfig MakeSessionConfig() const;
@@ -224,7 +226,8 @@ class PeerManager : public PeerService, private ConnectionListener {
   boost::asio::steady_timer reap_timer_;
   std::chrono::steady_clock::time_point accept_failure_logged_{};
   uint64_t accept_failures_unlogged_ = 0;
-  // kv_request_id -> peer whose session fetched it (where its supply goes).
+  // kv_request_id -> peer whose session fetched it (where its supply goes),
+  // while that session serves the request (UnbindEndedSupply).
   std::map<std::string, std::string> supply_bindings_;
   session::UnboundSupply unbound_supply_;
   boost::asio::steady_timer supply_timer_;

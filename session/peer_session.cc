@@ -347,6 +347,7 @@ void PeerSession::Impl::Close(const std::string& reason, bool notify_peer) {
   Append(closed_results.loads, client->TakeResults());
   Append(closed_results.stores, server->TakeStoreResults());
   Append(closed_results.new_fetch_ids, server->TakeNewFetchIds());
+  Append(closed_results.ended_fetch_ids, server->TakeEndedFetchIds());
   closed_results.round_events += server->TakeRoundEvents();
   if (notify_peer) DirectSend(protocol::Message(protocol::Disconnect{CapReason(reason)}));
   state = State::kClosed;
@@ -366,6 +367,7 @@ SessionResults PeerSession::Impl::TakeResults() {
   Append(results.loads, client->TakeResults());
   Append(results.stores, server->TakeStoreResults());
   Append(results.new_fetch_ids, server->TakeNewFetchIds());
+  Append(results.ended_fetch_ids, server->TakeEndedFetchIds());
   results.round_events += server->TakeRoundEvents();
   return results;
 }
@@ -503,6 +505,9 @@ SessionResults PeerSession::TakeResults() { return impl_->TakeResults(); }
 void PeerSession::Close(const std::string& reason, bool notify_peer) { impl_->Close(reason, notify_peer); }
 size_t PeerSession::LoadsInFlight() const { return impl_->client->LoadsInFlight(); }
 size_t PeerSession::RoundsServing() const { return impl_->server->RoundsServing(); }
+bool PeerSession::ServesRequest(const std::string& kv_request_id) const {
+  return impl_->state != State::kClosed && impl_->server->Serves(kv_request_id);
+}
 size_t PeerSession::RoundsOpen() const { return impl_->server->RoundsOpen(); }
 uint64_t PeerSession::RoundsRefused() const { return impl_->server->RoundsRefused(); }
 uint64_t PeerSession::RoundKeyBytes() const { return impl_->server->RoundKeyBytes(); }

@@ -78,6 +78,9 @@ struct SessionResults {
   std::vector<JobResult> stores;
   std::vector<std::string> failed_request_ids;
   std::vector<std::string> new_fetch_ids;
+  // Request ids whose serving ended (ServerRole::TakeEndedFetchIds): the
+  // daemon drops their supply binding to this session unless ServesRequest.
+  std::vector<std::string> ended_fetch_ids;
   // The server role's round timeouts and key-byte refusals (ServerRole::TakeRoundEvents).
   RoundEvents round_events;
 };
@@ -193,6 +196,9 @@ class PeerSession {
 
   size_t LoadsInFlight() const;
   size_t RoundsServing() const;
+  // Server role: it holds a round or a store job of this request opened by a
+  // fetch or supply (false once closed). See ServerRole::Serves.
+  bool ServesRequest(const std::string& kv_request_id) const;
   // Server role: every open round, and the lookups and fetches refused
   // because config.server.max_rounds were open (ServerConfig::max_rounds).
   size_t RoundsOpen() const;

@@ -68,6 +68,11 @@ struct ServerRole::Impl {
   AbortTombstones acked;
   std::vector<std::string> new_fetch_ids;
   std::set<std::string> new_fetch_set;  // de-duplicates new_fetch_ids
+  // Requests the daemon may have bound supply for to this session (reported
+  // in new_fetch_ids, or given supply), each with a live `requests` entry;
+  // when that entry goes, the id moves to ended_fetch_ids (TakeEndedFetchIds).
+  std::set<std::string> bound_ids;
+  std::vector<std::string> ended_fetch_ids;
   bool closed = false;
   std::string close_reason;
   size_t open_rounds = 0;  // entries of every request's `rounds`
@@ -110,10 +115,13 @@ struct ServerRole::Impl {
 
   void Prune(const std::string& kv) {
     auto it = requests.find(kv);
-    if (it != requests.end() && it->second.rounds.empty() && it->second.unbound.empty()) requests.erase(it);
+    if (it == requests.end() || !it->second.rounds.empty() || !it->second.unbound.empty()) return;
+    requests.erase(it);
+    if (bound_ids.erase(kv) > 0) ended_fetch_ids.push_back(kv);
   }
 
   void NoteNewFetch(const std::string& kv) {
+    bound_ids.insert(kv);
     if (new_fetch_set.insert(kv).second) new_fetch_ids.push_back(kv);
   }
 
@@ -329,6 +337,8 @@ void ServerRole::AddSupply(JobId job_id, const std::string& kv_request_id, std::
     if (seen.insert(keys[i]).second) job.parked.emplace_back(std::move(keys[i]), std::move(blocks[i]));
   }
   RequestState& request = s.requests[kv_request_id];
+  // The daemon routed this supply here: its binding ends with the request.
+  s.bound_ids.insert(kv_request_id);
   // Supply that no open round waits for stays unbound for the next fetch,
   // whatever its round (E59).
   if (!s.TryBind(request, kv_request_id, job_id, job)) request.unbound.push_back(job_id);
@@ -592,6 +602,13 @@ std::vector<std::string> ServerRole::TakeNewFetchIds() {
   return ids;
 }
 
+std::vector<std::string> ServerRole::TakeEndedFetchIds() { return std::exchange(impl_->ended_fetch_ids, {}); }
+
+// Only state a fetch or supply opened counts: a request that only a later
+// lookup brought back needs no binding (its fetch, if any, binds anew), and
+// Prune reports only tracked requests, so an untracked one never would be.
+bool ServerRole::Serves(const std::string& kv_request_id) const { return impl_->bound_ids.contains(kv_request_id); }
+
 // Results decided before the close (even those held for an unwritten frame)
 // are returned too, so no job is left without one (E58). The caller stops
 // the writer before handing them to engines.
@@ -601,6 +618,8 @@ std::vector<JobResult> ServerRole::Close(const std::string& reason) {
   s.closed = true;
   s.close_reason = reason;
   s.requests.clear();  // drops every round's pins
+  s.bound_ids.clear();  // the daemon drops a closed session's bindings itself
+  s.ended_fetch_ids.clear();
   s.open_rounds = 0;
   s.open_key_bytes = 0;
   s.round_deadlines.clear();

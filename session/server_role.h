@@ -124,6 +124,17 @@ class ServerRole {
   // Request ids that received a fetch since the last call; the daemon binds
   // their unbound store supply to this session.
   std::vector<std::string> TakeNewFetchIds();
+  // Request ids that received a fetch or supply (so the daemon may have
+  // bound their supply here) and of which this role now holds nothing: no
+  // round, no store job (their rounds ended, were aborted or timed out, and
+  // their supply was sent or failed). The daemon drops such a binding unless
+  // Serves() says the request came back since; a later fetch binds it anew.
+  // Every id is reported once per time it became served.
+  std::vector<std::string> TakeEndedFetchIds();
+  // The role holds state for this request (a round or a store job) since a
+  // fetch or supply for it, which a later TakeEndedFetchIds will report
+  // ended. A request only looked up since is not served in this sense.
+  bool Serves(const std::string& kv_request_id) const;
 
   // Ends everything: every store job without a result fails with `reason`
   // (results already queued are included), every pin is dropped.

@@ -217,6 +217,16 @@ class Simulation {
         if (!requests_.count(kv)) Fail("unknown failed request id " + kv);
       for (const auto& kv : r.new_fetch_ids)
         if (!requests_.count(kv)) Fail("unknown new fetch id " + kv);
+      // The daemon's supply bindings (PeerManager::UnbindEndedSupply): one
+      // for every fetched id, dropped once the session no longer serves it.
+      for (const auto& kv : r.new_fetch_ids) bindings_[n].insert(kv);
+      for (const auto& kv : r.ended_fetch_ids) {
+        if (!requests_.count(kv)) Fail("unknown ended fetch id " + kv);
+        if (!S(n).ServesRequest(kv)) bindings_[n].erase(kv);
+      }
+      if (Closed(n)) bindings_[n].clear();  // the daemon drops a closed session's bindings
+      for (const auto& kv : bindings_[n])
+        if (!S(n).ServesRequest(kv)) Fail("binding of " + kv + " outlived its serving: no ended id reported");
     }
   }
 
@@ -526,6 +536,8 @@ class Simulation {
     Collect();
     RunSeconds(20);
     if (Closed(0) || Closed(1)) Fail("connection died while draining");
+    for (int n = 0; n < 2; ++n)
+      if (!bindings_[n].empty()) Fail("supply binding of " + *bindings_[n].begin() + " left after every request finished");
     for (const auto& [id, job] : jobs_)
       if (job.results != 1) Fail("job " + std::to_string(id) + " without its result after drain");
     for (int n = 0; n < 2; ++n) {
@@ -555,6 +567,7 @@ class Simulation {
   std::vector<uint8_t> poison_;
   std::map<std::string, Request> requests_;
   std::map<JobId, Job> jobs_;
+  std::set<std::string> bindings_[2];  // per node: ids whose supply the daemon would route to its session
   std::deque<std::string> trace_;
   int generation_ = 0;
   // When each node sent abort_fetch for (kv_request_id, round), this connection.
