@@ -2,9 +2,11 @@
 //
 // Rules (wire-protocol.md section 5): the key is the file's bytes with ONE
 // trailing newline (LF or CR LF) removed, and must be at least 32 bytes; a
-// file readable by group or others is refused, because a key others can
-// read authenticates nobody. The key bytes are a secret: they are never
-// logged or reported, and error messages name only the path.
+// file granting group or others any permission is refused, because a key
+// others can read or write authenticates nobody; it must be a regular file
+// of at most 64 KiB, opened non-blocking (config/checked_file.h). The key
+// bytes are a secret: they are never logged or reported, and error
+// messages name only the path.
 //
 // Thread-safety: free functions without shared state.
 #pragma once

@@ -19,6 +19,7 @@
 #include <memory>
 #include <set>
 
+#include "config/checked_file.h"
 #include "config/psk.h"
 #include "config/toml_subset.h"
 #include "config/version.h"
@@ -304,8 +305,13 @@ std::string ApplyTlsCa(const std::vector<std::string>& raw, Settings* s) {
   return ApplyPath(raw.front(), &s->tls_ca);
 }
 
-// The TLS files go together, exist, and the key is the owner's alone. (Their
-// contents are checked when the daemon builds its TLS context.)
+// A bound on each TLS file: a CA bundle of every public root is ~250 KiB.
+constexpr uint64_t kMaxTlsFileBytes = 4 * 1024 * 1024;
+
+// The TLS files go together, are regular files of bounded size, the key is
+// the owner's alone and the certificate and CA bundle are writable by the
+// owner only (config/checked_file.h). Their contents are checked when the
+// daemon builds its TLS context.
 void CheckTlsFiles(const Settings& s, std::vector<std::string>* problems) {
   const std::array<std::pair<const char*, const std::string*>, 3> files = {
       {{"tls-cert", &s.tls_cert}, {"tls-key", &s.tls_key}, {"tls-ca", &s.tls_ca}}};
@@ -319,19 +325,10 @@ void CheckTlsFiles(const Settings& s, std::vector<std::string>* problems) {
     return;
   }
   for (const auto& [name, path] : files) {
-    struct stat info {};
-    if (::stat(path->c_str(), &info) != 0) {
-      problems->push_back(std::string(name) + ": cannot read " + Quoted(*path) + ": " + std::strerror(errno));
-    } else if (!S_ISREG(info.st_mode)) {
-      problems->push_back(std::string(name) + ": " + Quoted(*path) + " is not a regular file");
-    } else if (path == &s.tls_key && (info.st_mode & 044) != 0) {
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
-      problems->push_back("tls-key: " + Quoted(*path) + " is readable by group or others (mode " + mode +
-                          "); allowed: owner-only, e.g. chmod 600");
-    } else if (::access(path->c_str(), R_OK) != 0) {
-      problems->push_back(std::string(name) + ": cannot read " + Quoted(*path) + ": " + std::strerror(errno));
-    }
+    const FileRule rule =
+        path == &s.tls_key ? SecretFileRule(kMaxTlsFileBytes) : TrustedFileRule(kMaxTlsFileBytes);
+    const FileCheck check = ReadCheckedFile(*path, rule, nullptr);
+    if (!check.ok()) problems->push_back(std::string(name) + ": " + check.message);
   }
 }
 
@@ -668,6 +665,36 @@ std::string ConfigFileName(const Cli& cli) {
   return "?";
 }
 
+// A config file larger than this is not one (a wrong path, e.g. a log).
+constexpr uint64_t kMaxConfigFileBytes = 1024 * 1024;
+
+// The config files named on the command line ("--config PATH" or
+// "--config=PATH").
+std::vector<std::string> ConfigFileArguments(int argc, const char* const* argv) {
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) files.emplace_back(argv[i + 1]);
+    if (arg.starts_with("--config=")) files.emplace_back(arg.substr(std::string_view("--config=").size()));
+  }
+  return files;
+}
+
+// CLI11 reads the config file with a blocking std::ifstream, on the event
+// loop when SIGHUP re-parses, so a FIFO or device put at the path would
+// stall the daemon; the file is checked first (config/checked_file.h). A
+// file that cannot be opened is left to CLI11, whose error says so. (A swap
+// between this check and CLI11's read needs write access to the file's
+// directory, i.e. the operator's.)
+std::string CheckConfigFiles(int argc, const char* const* argv) {
+  const FileRule rule{.max_bytes = kMaxConfigFileBytes, .kind = "a config file"};
+  for (const std::string& file : ConfigFileArguments(argc, argv)) {
+    const FileCheck check = ReadCheckedFile(file, rule, nullptr);
+    if (!check.ok() && check.problem != FileProblem::kCannotOpen) return "kvpeerd: config: " + check.message + "\n";
+  }
+  return "";
+}
+
 // A CLI11 parse failure as the message an operator should see.
 ParseResult ParseFailure(const Cli& cli, const CLI::ParseError& error) {
   std::string name = error.get_name();
@@ -727,6 +754,7 @@ const std::vector<OptionSpec>& Options() {
 }
 
 ParseResult ParseCommandLine(int argc, const char* const* argv) {
+  if (std::string problem = CheckConfigFiles(argc, argv); !problem.empty()) return {std::nullopt, 2, problem};
   Cli cli = BuildCli();
   try {
     cli.app->parse(argc, argv);

@@ -9,6 +9,9 @@
 // option table (log-level, allow-cidr, psk-file) take effect for what
 // happens from then on; each change is logged, as is every changed option
 // that needs a restart (and is ignored). An invalid file changes nothing.
+// The parse runs on the event loop, so every file it reads is opened
+// non-blocking and must be a bounded regular file (config/checked_file.h):
+// a FIFO at a path fails the reload at once instead of stalling the loop.
 #pragma once
 
 #include <memory>

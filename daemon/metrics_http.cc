@@ -1,23 +1,23 @@
 #include "daemon/metrics_http.h"
 
+#include <array>
 #include <chrono>
-#include <set>
+#include <map>
+#include <optional>
 #include <string_view>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read_until.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/streambuf.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/accept_backoff.h"
-
+#include "daemon/http_request_head.h"
 #include "daemon/metrics.h"
 
 namespace kvpeer::daemon {
@@ -54,23 +54,15 @@ Response Error(int status, std::string_view reason) {
   return response;
 }
 
-// The request line of `head` ("GET /metrics HTTP/1.1"), split in three.
-bool ParseRequestLine(std::string_view head, std::string_view* method, std::string_view* target,
-                      std::string_view* version) {
-  const size_t end = head.find("\r\n");
-  if (end == std::string_view::npos) return false;
-  std::string_view line = head.substr(0, end);
-  const size_t first = line.find(' ');
-  if (first == std::string_view::npos) return false;
-  const size_t second = line.find(' ', first + 1);
-  if (second == std::string_view::npos || line.find(' ', second + 1) != std::string_view::npos) return false;
-  *method = line.substr(0, first);
-  *target = line.substr(first + 1, second - first - 1);
-  *version = line.substr(second + 1);
-  return !method->empty() && !target->empty() && (*version == "HTTP/1.1" || *version == "HTTP/1.0");
-}
-
 }  // namespace
+
+// One accepted connection. `request_complete` turns true once its request
+// head has arrived: from then on it is being answered, not idling.
+struct Connection {
+  explicit Connection(tcp::socket socket_in) : socket(std::move(socket_in)) {}
+  tcp::socket socket;
+  bool request_complete = false;
+};
 
 struct MetricsHttpServer::State {
   State(asio::io_context& io_in, config::HostPort address_in, std::function<std::string()> render_in)
@@ -79,26 +71,33 @@ struct MetricsHttpServer::State {
   // Static, holding the state in a parameter: the coroutine frames keep it
   // alive from creation on, not only from their first resumption.
   static asio::awaitable<void> AcceptLoop(std::shared_ptr<State> self);
-  static asio::awaitable<void> Serve(std::shared_ptr<State> self, std::shared_ptr<tcp::socket> socket);
+  static asio::awaitable<void> Serve(std::shared_ptr<State> self, uint64_t id, std::shared_ptr<Connection> connection);
+  static asio::awaitable<std::optional<Response>> ReadRequest(std::shared_ptr<State> self, Connection& connection,
+                                                              bool* head_only);
   Response Answer(std::string_view head) const;
+  static void Admit(const std::shared_ptr<State>& self, tcp::socket socket);
+  void ShedOne();
 
   asio::io_context& io;
   config::HostPort address;
   std::function<std::string()> render;
   tcp::acceptor acceptor;
-  std::set<std::shared_ptr<tcp::socket>> connections;
+  // By accept order (the key counts up), so the first idle entry is the
+  // oldest: the one shed when a new connection needs its place.
+  std::map<uint64_t, std::shared_ptr<Connection>> connections;
+  uint64_t next_id = 0;
   bool stopped = false;
 };
 
 Response MetricsHttpServer::State::Answer(std::string_view head) const {
-  std::string_view method, target, version;
-  if (!ParseRequestLine(head, &method, &target, &version)) return Error(400, "Bad Request");
-  if (method != "GET" && method != "HEAD") {
+  const std::optional<RequestLine> line = ParseRequestLine(head);
+  if (!line) return Error(400, "Bad Request");
+  if (line->method != "GET" && line->method != "HEAD") {
     Response response = Error(405, "Method Not Allowed");
     response.allow_header = true;
     return response;
   }
-  const std::string_view path = target.substr(0, target.find('?'));
+  const std::string_view path = line->target.substr(0, line->target.find('?'));
   if (path != "/metrics") return Error(404, "Not Found");
   Response response;
   response.content_type = metrics::kContentType;
@@ -106,40 +105,81 @@ Response MetricsHttpServer::State::Answer(std::string_view head) const {
   return response;
 }
 
-asio::awaitable<void> MetricsHttpServer::State::Serve(std::shared_ptr<State> self,
-                                                      std::shared_ptr<tcp::socket> socket) {
+// Reads until the head is complete; the response to send, or nullopt when
+// the client went away, was too slow or was shed (nothing to answer).
+asio::awaitable<std::optional<Response>> MetricsHttpServer::State::ReadRequest(std::shared_ptr<State> self,
+                                                                              Connection& connection,
+                                                                              bool* head_only) {
+  std::array<char, kMaxRequestHead> head{};
+  size_t received = 0;
+  for (;;) {
+    boost::system::error_code ec;
+    const size_t n = co_await connection.socket.async_read_some(
+        asio::buffer(head.data() + received, head.size() - received), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || self->stopped || !connection.socket.is_open()) co_return std::nullopt;
+    received += n;
+    const std::string_view view(head.data(), received);
+    if (std::optional<size_t> end = FindHeadEnd(view)) {
+      connection.request_complete = true;
+      *head_only = view.starts_with("HEAD ");
+      co_return self->Answer(view.substr(0, *end));
+    }
+    if (received == head.size()) {
+      connection.request_complete = true;
+      co_return Error(431, "Request Header Fields Too Large");
+    }
+  }
+}
+
+asio::awaitable<void> MetricsHttpServer::State::Serve(std::shared_ptr<State> self, uint64_t id,
+                                                      std::shared_ptr<Connection> connection) {
   asio::steady_timer deadline(self->io, kRequestTimeout);
-  deadline.async_wait([socket](boost::system::error_code ec) {
+  deadline.async_wait([connection](boost::system::error_code ec) {
     if (!ec) {
       boost::system::error_code ignored;
-      socket->close(ignored);
+      connection->socket.close(ignored);
     }
   });
-  asio::streambuf buffer(kMaxRequestHead);
-  boost::system::error_code ec;
-  size_t n = co_await asio::async_read_until(*socket, buffer, "\r\n\r\n", asio::redirect_error(asio::use_awaitable, ec));
-  if (!self->stopped && socket->is_open()) {
-    Response response;
-    bool head_only = false;
-    if (ec == asio::error::not_found) {  // the streambuf's limit: the head is too large
-      response = Error(431, "Request Header Fields Too Large");
-    } else if (!ec) {
-      std::string_view head(static_cast<const char*>(buffer.data().data()), n);
-      response = self->Answer(head);
-      head_only = head.starts_with("HEAD ");
-    }
-    if (ec != asio::error::not_found && ec) {
-      // The client went away or was too slow: nothing to answer.
-    } else {
-      const std::string bytes = Serialize(response, head_only);
-      co_await asio::async_write(*socket, asio::buffer(bytes), asio::redirect_error(asio::use_awaitable, ec));
-      socket->shutdown(tcp::socket::shutdown_both, ec);
-    }
+  bool head_only = false;
+  const std::optional<Response> response = co_await ReadRequest(self, *connection, &head_only);
+  if (response && !self->stopped && connection->socket.is_open()) {
+    const std::string bytes = Serialize(*response, head_only);
+    boost::system::error_code ec;
+    co_await asio::async_write(connection->socket, asio::buffer(bytes), asio::redirect_error(asio::use_awaitable, ec));
+    connection->socket.shutdown(tcp::socket::shutdown_both, ec);
   }
   deadline.cancel();
   boost::system::error_code ignored;
-  socket->close(ignored);
-  self->connections.erase(socket);
+  connection->socket.close(ignored);
+  self->connections.erase(id);
+}
+
+// At the cap, a new connection takes the place of the oldest one that has
+// not sent a complete request (an idle or slowloris socket), or failing
+// that of the oldest of all: whoever holds every place, a scraper that
+// connects and asks at once is answered. (Refusing the new one instead let
+// 64 idle sockets, refilled as they closed, fail every scrape.)
+void MetricsHttpServer::State::ShedOne() {
+  auto victim = connections.begin();
+  for (auto it = connections.begin(); it != connections.end(); ++it) {
+    if (!it->second->request_complete) {
+      victim = it;
+      break;
+    }
+  }
+  spdlog::debug("metrics listener: {} connections open; closing the oldest {}", connections.size(),
+                victim->second->request_complete ? "one" : "one without a complete request");
+  boost::system::error_code ignored;
+  victim->second->socket.close(ignored);  // its Serve ends on the error
+  connections.erase(victim);
+}
+
+void MetricsHttpServer::State::Admit(const std::shared_ptr<State>& self, tcp::socket socket) {
+  if (self->connections.size() >= kMaxConnections) self->ShedOne();
+  const uint64_t id = self->next_id++;
+  auto connection = std::make_shared<Connection>(std::move(socket));
+  self->connections.emplace(id, connection);
+  asio::co_spawn(self->io, Serve(self, id, std::move(connection)), asio::detached);
 }
 
 asio::awaitable<void> MetricsHttpServer::State::AcceptLoop(std::shared_ptr<State> self) {
@@ -156,13 +196,7 @@ asio::awaitable<void> MetricsHttpServer::State::AcceptLoop(std::shared_ptr<State
       continue;
     }
     backoff.Succeeded();
-    if (self->connections.size() >= kMaxConnections) {
-      spdlog::debug("metrics listener: {} connections open; closing a new one", self->connections.size());
-      continue;  // `socket` closes here
-    }
-    auto shared = std::make_shared<tcp::socket>(std::move(socket));
-    self->connections.insert(shared);
-    asio::co_spawn(self->io, Serve(self, shared), asio::detached);
+    Admit(self, std::move(socket));
   }
 }
 
@@ -202,7 +236,7 @@ void MetricsHttpServer::Stop() {
   s.stopped = true;
   boost::system::error_code ignored;
   s.acceptor.close(ignored);
-  for (const auto& socket : std::set<std::shared_ptr<tcp::socket>>(s.connections)) socket->close(ignored);
+  for (const auto& [id, connection] : s.connections) connection->socket.close(ignored);
   s.connections.clear();
 }
 

@@ -4,11 +4,14 @@
 // GET /metrics (a query string is ignored) answers 200 with the metrics text
 // as text/plain; version=0.0.4. Any other path answers 404, any other
 // method 405, a malformed request 400, a request head larger than 8 KiB
-// 431. Every response carries Content-Length and Connection: close, and the
+// 431. A head may end its lines with CR LF or a bare LF (RFC 9112 section
+// 2.2). Every response carries Content-Length and Connection: close, and the
 // connection is closed after it; a request body is never read. A client
-// gets 10 s to send its request head; at most 64 connections are served at
-// once (more are closed at once), so a slow or hostile client cannot hold
-// the daemon's resources.
+// gets 10 s to send its request head and read the answer. At most 64
+// connections are open at once; at the cap a new connection closes the
+// oldest one that has not sent a complete request (or, if every one has, the
+// oldest), so idle or slowloris sockets can neither hold the daemon's
+// resources nor keep a scraper out (docs/security.md, threat table).
 //
 // Thread-safety: none; runs on the daemon's one io_context.
 //

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/checked_file.h"
 #include "config/settings.h"
 #include "test_files.h"
 
@@ -128,12 +129,52 @@ TEST_CASE("tls-cert, tls-key and tls-ca go together") {
                                                  "tls-key tls-ca)"));
   CHECK(Contains(MustFail({"--tls-cert", cert, "--tls-key", key}), "(missing: tls-ca)"));
   CHECK(Contains(MustFail({"--tls-cert", cert, "--tls-key", key, "--tls-ca", dir.path() + "/nope"}),
-                 "tls-ca: cannot read '" + dir.path() + "/nope': No such file or directory"));
+                 "tls-ca: '" + dir.path() + "/nope' cannot be opened: No such file or directory"));
   const std::string open_key = dir.Write("open.key", "key", 0640);
   CHECK(Contains(MustFail({"--tls-cert", cert, "--tls-key", open_key, "--tls-ca", ca}),
-                 "tls-key: '" + open_key + "' is readable by group or others (mode 0640)"));
+                 "tls-key: '" + open_key + "' grants permissions to group or others (mode 0640)"));
   CHECK(Contains(MustFail({"--tls-cert", dir.path(), "--tls-key", key, "--tls-ca", ca}), "is not a regular file"));
   CHECK(Contains(MustFail({"--tls-ca", ""}), "tls-ca: '' is empty"));
+}
+
+// docs/security.md "File permissions": the key like the PSK (nothing for
+// group or others), the certificate and CA bundle writable by the owner only.
+TEST_CASE("a tls-key granting group or others any permission is refused, naming the file and mode") {
+  TempDir dir;
+  const std::string cert = dir.Write("node.crt", "cert", 0644);
+  const std::string ca = dir.Write("ca.crt", "ca", 0644);
+  for (mode_t mode : {0400, 0600}) {
+    MustParse({"--tls-cert", cert, "--tls-key", dir.Write("ok.key", "key", mode), "--tls-ca", ca});
+  }
+  for (mode_t mode : {0640, 0604, 0620, 0602, 0610, 0601, 0660, 0666}) {
+    const std::string key = dir.Write("loose.key", "key", mode);
+    const std::string message = MustFail({"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca});
+    INFO(message);
+    CHECK(Contains(message, "kvpeerd: tls-key: '" + key + "' grants permissions to group or others (mode " +
+                                OctalMode(mode) + "); allowed: owner-only, e.g. chmod 600"));
+  }
+}
+
+TEST_CASE("a tls-cert or tls-ca writable by group or others is refused, naming the file and mode") {
+  TempDir dir;
+  const std::string key = dir.Write("node.key", "key", 0600);
+  for (mode_t mode : {0644, 0444, 0640, 0600, 0755}) {
+    const std::string cert = dir.Write("ok.crt", "cert", mode);
+    const std::string ca = dir.Write("ok-ca.crt", "ca", mode);
+    MustParse({"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca});
+  }
+  const std::string good = dir.Write("good.crt", "cert", 0644);
+  for (mode_t mode : {0664, 0646, 0666, 0624, 0602, 0775}) {
+    const std::string loose = dir.Write("loose.crt", "pem", mode);
+    const std::string writable = "' is writable by group or others (mode " + OctalMode(mode) +
+                                 "); allowed: writable by the owner only, e.g. chmod 644";
+    const std::string as_ca = MustFail({"--tls-cert", good, "--tls-key", key, "--tls-ca", loose});
+    INFO(as_ca);
+    CHECK(Contains(as_ca, "kvpeerd: tls-ca: '" + loose + writable));
+    const std::string as_cert = MustFail({"--tls-cert", loose, "--tls-key", key, "--tls-ca", good});
+    INFO(as_cert);
+    CHECK(Contains(as_cert, "kvpeerd: tls-cert: '" + loose + writable));
+  }
 }
 
 }  // namespace

@@ -529,6 +529,7 @@ TEST_CASE("the metrics listener answers GET /metrics with the text and everythin
   CHECK(ok.find("\r\nConnection: close\r\n") != std::string::npos);
   CHECK(ok.ends_with("\r\n\r\n" + body));
   CHECK(HttpExchange(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200 OK\r\n"));
+  CHECK(HttpExchange(port, "GET /metrics HTTP/1.1\nHost: x\n\n").starts_with("HTTP/1.1 200 OK\r\n"));  // bare LFs
   const std::string head = HttpExchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
   CHECK(head.starts_with("HTTP/1.1 200 OK\r\n"));
   CHECK(head.ends_with("\r\n\r\n"));  // headers only
@@ -544,7 +545,7 @@ TEST_CASE("the metrics listener answers GET /metrics with the text and everythin
   asio::post(io, [&] { server.Stop(); });
   guard.reset();
   loop.join();
-  CHECK(scrapes == 3);  // GET, GET with a query string, HEAD
+  CHECK(scrapes == 4);  // GET, GET with a query string, GET with bare LFs, HEAD
 }
 
 TEST_CASE("the metrics listener reports an address it cannot bind") {

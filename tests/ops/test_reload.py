@@ -1,7 +1,10 @@
 """The real kvpeerd and its operations surface: SIGHUP reloads the config
 file (live settings applied and logged, restart-only ones logged and
-ignored, an invalid file changes nothing), and --metrics-listen serves the
-same Prometheus text as the `metrics` op over HTTP.
+ignored, an invalid file changes nothing, a FIFO put at the PSK or config
+path fails the reload at once without stalling the daemon), the file-mode
+checks at start (a loose TLS key or a writable CA bundle: exit 2 naming the
+file and mode), and --metrics-listen serves the same Prometheus text as the
+`metrics` op over HTTP.
 
 Binaries come from $KVPEER_BIN_DIR (default <repo>/build): daemon/kvpeerd.
 """
@@ -196,6 +199,80 @@ class ReloadTest(unittest.TestCase):
         self.assertNotIn("ssss", self.log())
         self.assertNotIn("tttt", str(self.status()))
         self.stop()
+
+    def assert_reload_refuses_fifo_promptly(self, fifo_path):
+        """SIGHUP with a FIFO at `fifo_path` (no writer, ever): the reload
+        fails naming it and `status` keeps answering at once. Opening the
+        FIFO blocking used to freeze the event loop until a writer came."""
+        before = len(self.log())
+        self.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.2)  # the signal is handled on the event loop by now
+        started = time.monotonic()
+        self.status()
+        elapsed = time.monotonic() - started
+        self.assertLess(elapsed, 1.0, f"status took {elapsed:.1f} s after SIGHUP")
+        expected = f"'{fifo_path}' is not a regular file"
+        wait_for(lambda: expected in self.log()[before:], f"'{expected}' in the log", timeout=5)
+        self.assertIn("reload: the settings are invalid; nothing changed", self.log()[before:])
+
+    def test_a_fifo_at_the_psk_path_fails_the_reload_without_stalling(self):
+        self.write_psk(b"s" * 40)
+        self.write_config(log_level="info", psk_file=self.psk_path)
+        self.start()
+        os.remove(self.psk_path)
+        os.mkfifo(self.psk_path, 0o600)
+        self.write_config(log_level="debug", psk_file=self.psk_path)
+        self.assert_reload_refuses_fifo_promptly(self.psk_path)
+        self.assertIn(f"psk-file: '{self.psk_path}' is not a regular file", self.log())
+        # The old settings stay, and a later reload with a good file works.
+        self.assertEqual(self.config()["log-level"], "info")
+        self.assertEqual(self.config()["psk-file"], self.psk_path)
+        os.remove(self.psk_path)
+        self.write_psk(b"t" * 40)
+        self.reload("reload: log-level info -> debug")
+        self.stop()
+
+    def test_a_fifo_at_the_config_path_fails_the_reload_without_stalling(self):
+        self.write_config(log_level="info")
+        self.start()
+        os.remove(self.config_path)
+        os.mkfifo(self.config_path, 0o600)
+        self.assert_reload_refuses_fifo_promptly(self.config_path)
+        self.assertIn(f"config: '{self.config_path}' is not a regular file", self.log())
+        self.assertEqual(self.config()["log-level"], "info")
+        os.remove(self.config_path)
+        self.write_config(log_level="debug")
+        self.reload("reload: log-level info -> debug")
+        self.stop()
+
+    def start_expecting_exit_2(self):
+        result = subprocess.run([str(kvpeerd_path()), "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=TIMEOUT_S)
+        self.assertEqual(result.returncode, 2, result.stderr.decode())
+        return result.stderr.decode()
+
+    def test_a_loose_tls_key_or_writable_ca_stops_the_start_naming_file_and_mode(self):
+        # The contents are never looked at: the modes are checked first.
+        paths = {}
+        for name, mode in (("node.crt", 0o644), ("node.key", 0o600), ("ca.crt", 0o644)):
+            paths[name] = os.path.join(self.dir, name)
+            with open(paths[name], "w") as f:
+                f.write("-----BEGIN NOTHING-----\n")
+            os.chmod(paths[name], mode)
+        self.write_config(tls_cert=paths["node.crt"], tls_key=paths["node.key"], tls_ca=paths["ca.crt"])
+        os.chmod(paths["node.key"], 0o640)
+        self.assertIn(f"kvpeerd: tls-key: '{paths['node.key']}' grants permissions to group or others (mode 0640); "
+                      "allowed: owner-only, e.g. chmod 600", self.start_expecting_exit_2())
+        os.chmod(paths["node.key"], 0o620)  # writable by the group: as bad (they could plant their key)
+        self.assertIn("(mode 0620)", self.start_expecting_exit_2())
+        os.chmod(paths["node.key"], 0o600)
+        os.chmod(paths["ca.crt"], 0o666)
+        self.assertIn(f"kvpeerd: tls-ca: '{paths['ca.crt']}' is writable by group or others (mode 0666); "
+                      "allowed: writable by the owner only, e.g. chmod 644", self.start_expecting_exit_2())
+        os.chmod(paths["ca.crt"], 0o644)
+        os.chmod(paths["node.crt"], 0o664)
+        self.assertIn(f"kvpeerd: tls-cert: '{paths['node.crt']}' is writable by group or others (mode 0664)",
+                      self.start_expecting_exit_2())
 
     def test_metrics_listener_serves_the_metrics_text(self):
         self.write_config()

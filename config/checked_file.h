@@ -1,0 +1,70 @@
+// Reading the files kvpeerd reads at start and again on every SIGHUP (the
+// config file, --psk-file, --tls-cert/--tls-key/--tls-ca) so that none of
+// them can stall the daemon's event loop or flood its memory, and so that a
+// secret is refused when others may read or replace it.
+//
+// Rules (docs/security.md "File permissions"):
+//   * the path is opened read-only and non-blocking, so a FIFO or device
+//     there returns at once instead of waiting for a writer (a FIFO at the
+//     PSK path once froze `status` for 9.5 s on SIGHUP); the opened file
+//     itself is then examined (fstat, not stat on the path), so the file
+//     checked is the file read;
+//   * it must be a regular file no larger than the rule's bound;
+//   * it must not carry any of the rule's forbidden permission bits.
+// Symlinks are followed (Kubernetes secrets and certbot's live/ directory
+// are symlinks); the rules apply to the file they lead to.
+//
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace kvpeer::config {
+
+enum class FileProblem {
+  kNone,
+  kCannotOpen,     // open(2) failed (missing, permission denied, ...)
+  kCannotExamine,  // fstat(2) failed
+  kNotRegular,     // a directory, FIFO, socket or device
+  kModeForbidden,  // carries a permission bit the rule forbids
+  kTooLarge,       // larger than the rule's bound
+  kCannotRead,     // read(2) failed
+  kGrew,           // grew past the bound while being read
+};
+
+struct FileRule {
+  mode_t forbidden_bits = 0;        // e.g. 0077: nothing for group or others
+  const char* forbidden_what = "";  // "grants permissions to group or others"
+  const char* allowed = "";         // "owner-only, e.g. chmod 600"
+  uint64_t max_bytes = 0;
+  const char* kind = "";            // "a key file", in the size message
+};
+
+// Owner-only secrets: the PSK and the TLS private key (wire spec 1.1
+// section 5: a key others can read or write authenticates nobody).
+FileRule SecretFileRule(uint64_t max_bytes);
+// Public but trusted files: the TLS certificate and CA bundle. Others may
+// read them; nobody but the owner may write them (a writer could make the
+// node trust a CA of their own, or present a certificate of their choice).
+FileRule TrustedFileRule(uint64_t max_bytes);
+
+struct FileCheck {
+  FileProblem problem = FileProblem::kNone;
+  // Names the path and the rule, without a prefix, e.g. "'/etc/kvpeer/psk'
+  // grants permissions to group or others (mode 0640); allowed: owner-only,
+  // e.g. chmod 600". Empty when problem is kNone.
+  std::string message;
+  bool ok() const { return problem == FileProblem::kNone; }
+};
+
+// Opens and checks `path` under `rule`; when `contents` is not null also
+// reads the whole file into it.
+FileCheck ReadCheckedFile(const std::string& path, const FileRule& rule, std::string* contents);
+
+// A mode as four octal digits ("0640").
+std::string OctalMode(mode_t mode);
+
+}  // namespace kvpeer::config
