@@ -78,6 +78,8 @@ struct SessionResults {
   std::vector<JobResult> stores;
   std::vector<std::string> failed_request_ids;
   std::vector<std::string> new_fetch_ids;
+  // Blocks that failed the xxh3 check (their loads are among `loads`, failed).
+  std::vector<ChecksumFailure> checksum_failures;
   // The server role's round timeouts and key-byte refusals (ServerRole::TakeRoundEvents).
   RoundEvents round_events;
 };
