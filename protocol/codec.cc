@@ -100,6 +100,12 @@ void EncodeFields(const BlockData& m, json::object& o) {
   o["kv_request_id"] = m.kv_request_id;
   o["round_seq"] = m.round_seq;
   o["block_indexes"] = EncodeBlockIndexes(m.block_indexes);
+  if (m.xxh3.valid()) {
+    json::array checksums;
+    checksums.reserve(m.xxh3.values.size());
+    for (uint64_t value : m.xxh3.values) checksums.emplace_back(ChecksumHex(value));
+    o["xxh3"] = std::move(checksums);
+  }
 }
 
 void EncodeFields(const TransferDone& m, json::object& o) {
@@ -190,6 +196,7 @@ void DecodeFields(FieldReader& r, BlockData* m) {
   r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
   r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
   r.ReadBlockIndexes("block_indexes", 1, &m->block_indexes);
+  r.ReadOptionalChecksums("xxh3", m->block_indexes.size(), &m->xxh3);
 }
 
 void DecodeFields(FieldReader& r, TransferDone* m) {
@@ -340,6 +347,13 @@ std::string ToHex(std::string_view bytes) {
     hex[2 * i] = kDigits[byte >> 4];
     hex[2 * i + 1] = kDigits[byte & 0x0F];
   }
+  return hex;
+}
+
+std::string ChecksumHex(uint64_t checksum) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex(kChecksumHexDigits, '0');
+  for (size_t i = kChecksumHexDigits; i-- > 0; checksum >>= 4) hex[i] = kDigits[checksum & 0x0F];
   return hex;
 }
 

@@ -40,4 +40,8 @@ Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const De
 std::string ToHex(std::string_view bytes);
 bool DecodeHex(std::string_view hex, std::string* bytes);
 
+// A block checksum as block_data.xxh3 carries it: 16 lowercase hex digits,
+// leading zeros kept (spec section 7).
+std::string ChecksumHex(uint64_t checksum);
+
 }  // namespace kvpeer::protocol

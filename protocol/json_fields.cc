@@ -136,6 +136,16 @@ Broken ParseBlockIndex(const json::value& value, BlockIndex* out) {
   return std::nullopt;
 }
 
+Broken ParseChecksum(const json::value& value, uint64_t* out) {
+  const json::string* text = value.if_string();
+  if (text == nullptr) return NotA("a string", value);
+  if (text->size() != kChecksumHexDigits || FindNonHexDigit(*text) != std::string_view::npos) {
+    return "must be " + std::to_string(kChecksumHexDigits) + " lowercase hex digits";
+  }
+  *out = std::stoull(std::string(text->data(), text->size()), nullptr, 16);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view JsonKindName(const json::value& value) {
@@ -252,6 +262,30 @@ void FieldReader::ReadOptionalString(std::string_view name, StringRule rule,
   std::string text;
   if (Broken broken = ParseString(*value, rule, &text)) return Fail(name, *broken);
   *out = std::move(text);
+}
+
+void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_items,
+                                        BlockChecksums* out) const {
+  *out = BlockChecksums{};
+  const json::value* value = header_.if_contains(name);
+  if (value == nullptr) return;
+  auto malformed = [&](std::string field, const std::string& rule) {
+    *out = BlockChecksums{BlockChecksums::State::kMalformed, {}, std::move(field) + ": " + rule};
+  };
+  const json::array* items = value->if_array();
+  if (items == nullptr) return malformed(std::string(name), *NotA("an array", *value));
+  if (items->size() != expected_items) {
+    return malformed(std::string(name), "must have one element per block (" +
+                                            std::to_string(expected_items) + "), has " +
+                                            std::to_string(items->size()));
+  }
+  std::vector<uint64_t> values(items->size());
+  for (size_t i = 0; i < items->size(); ++i) {
+    if (Broken broken = ParseChecksum((*items)[i], &values[i])) {
+      return malformed(std::string(name) + "[" + std::to_string(i) + "]", *broken);
+    }
+  }
+  *out = BlockChecksums::Of(std::move(values));
 }
 
 void FieldReader::RequireSameLength(std::string_view name, size_t size, std::string_view other,

@@ -82,6 +82,11 @@ class FieldReader {
   void ReadOptionalStrings(std::string_view name, size_t max_items, StringRule rule,
                            std::vector<std::string>* out);
 
+  // Never fails the reader: records in *out whether `name` is absent, a valid
+  // array of `expected_items` checksums (16 lowercase hex digits each), or
+  // malformed and why (block_data.xxh3; spec section 7).
+  void ReadOptionalChecksums(std::string_view name, size_t expected_items, BlockChecksums* out) const;
+
   // Fails `name` unless its `size` equals the size of the parallel array
   // `other`.
   void RequireSameLength(std::string_view name, size_t size, std::string_view other,

@@ -36,6 +36,7 @@ inline constexpr size_t kTokenHexDigits = 32;  // epoch, nonce: 16 bytes as hex
 
 inline constexpr size_t kMaxPeerIdChars = 261;  // HOST:PORT (section 2)
 inline constexpr size_t kMaxFeatures = 16;        // connect.features (sections 3, 7)
+inline constexpr size_t kChecksumHexDigits = 16;  // an element of block_data.xxh3 (section 7)
 inline constexpr size_t kMaxFeatureNameChars = 64;
 
 }  // namespace kvpeer::protocol

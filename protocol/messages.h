@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -85,6 +86,23 @@ struct Fetch {
   bool operator==(const Fetch&) const = default;
 };
 
+// block_data.xxh3 (spec section 7): one XXH3-64 per block. The decoder cannot
+// know whether the feature is on for the connection, so it records what the
+// header held and the session decides: with the feature on anything but
+// kValid is a violation, with it off the field is ignored whatever it holds.
+struct BlockChecksums {
+  enum class State { kAbsent, kValid, kMalformed };
+  State state = State::kAbsent;
+  std::vector<uint64_t> values;  // one per block, when kValid
+  std::string problem;           // what was wrong, when kMalformed ("xxh3[2]: ...")
+  bool operator==(const BlockChecksums&) const = default;
+
+  static BlockChecksums Of(std::vector<uint64_t> values) {
+    return BlockChecksums{State::kValid, std::move(values), {}};
+  }
+  bool valid() const { return state == State::kValid; }
+};
+
 // The header of a block_data frame. Its payload (block_indexes.size() *
 // block_len bytes) travels separately so it can be read straight into, and
 // written straight from, the blocks' memory.
@@ -92,6 +110,7 @@ struct BlockData {
   std::string kv_request_id;
   RoundSeq round_seq = 0;
   std::vector<BlockIndex> block_indexes;  // destination slots, 1 or more
+  BlockChecksums xxh3{};                  // encoded only when valid
   bool operator==(const BlockData&) const = default;
 };
 

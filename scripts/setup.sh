@@ -29,7 +29,7 @@ packages=(
   build-essential cmake pkg-config python3
   libboost1.81-dev libboost-json1.81-dev
   libspdlog-dev libfmt-dev libcli11-dev catch2
-  libssl-dev openssl libsystemd-dev systemd dpkg-dev
+  libssl-dev openssl libsystemd-dev systemd dpkg-dev libxxhash-dev
   clang libclang-rt-14-dev lcov
 )
 

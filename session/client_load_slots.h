@@ -52,6 +52,11 @@ class LoadSlots {
   bool complete() const { return received_ == state_.size(); }
   // The destination memory is still there (SlotSink::Writable).
   bool writable() const { return sink_->Writable(); }
+  // The checksum of a landed slot (SlotSink::LandedChecksum).
+  std::optional<uint64_t> LandedChecksum(protocol::BlockIndex index) const { return sink_->LandedChecksum(index); }
+  // Where `index` is in the load's destination list (so in its keys).
+  // REQUIRES: `index` is a destination of this load.
+  size_t PositionOf(protocol::BlockIndex index) const { return position_.at(index); }
 
  private:
   enum class SlotState : uint8_t { kWaiting, kInFrame, kReceived };

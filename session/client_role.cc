@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "protocol/codec.h"
 #include "protocol/limits.h"
 #include "session/client_load_slots.h"
 #include "session/client_state.h"
@@ -78,6 +79,8 @@ struct ClientRole::Impl {
   // Jobs still owed a result; rejects a job id submitted twice.
   std::unordered_set<JobId> jobs_owing;
   std::vector<JobResult> results;
+  std::vector<ChecksumFailure> checksum_failures;
+  bool checksums = false;  // the xxh3 feature is on
   // The round whose block_data payload is being received, if any (one
   // frame is open at a time per connection).
   std::optional<RoundSeq> open_frame_round;
@@ -131,6 +134,7 @@ struct ClientRole::Impl {
   void Retire(RoundSeq round);
   void AfterFrame(RoundSeq round, Load& load);
   bool OwesEngine(const RequestState& st) const;
+  std::optional<std::string> CheckLanded(const protocol::BlockData& message, Load& load);
 };
 
 Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
@@ -329,7 +333,7 @@ Status ClientRole::RequestBlocks(JobId job_id, const std::string& kv_request_id,
   const RoundSeq round = st.open_round ? *st.open_round : impl_->next_round++;
   impl_->CloseRound(kv_request_id, st);
   st.loads.insert(round);
-  Load& load = impl_->loads.try_emplace(round, job_id, kv_request_id, std::move(slots)).first->second;
+  Load& load = impl_->loads.try_emplace(round, job_id, kv_request_id, keys, std::move(slots)).first->second;
   impl_->Schedule(round, load, impl_->clock() + impl_->config.load_timeout);
   impl_->jobs_owing.insert(job_id);
   impl_->Send(protocol::Fetch{kv_request_id, std::move(keys), std::move(block_indexes), round});
@@ -414,6 +418,13 @@ Status ClientRole::OnBlockDataHeader(const protocol::BlockData& message, BlockDa
   plan->discard = false;
   plan->targets.clear();
   if (impl_->closed) return Status::Unavailable("the session to " + impl_->peer_id + " is closed");
+  if (impl_->checksums && !message.xxh3.valid()) {
+    // Even for a frame we would drop: the peer broke the negotiated format.
+    if (message.xxh3.state == protocol::BlockChecksums::State::kAbsent) {
+      return Status::FieldViolation("block_data.xxh3", "is required while the xxh3 feature is on");
+    }
+    return Status::Violation("block_data." + message.xxh3.problem);
+  }
   const std::string context =
       "block_data for kv_request_id " + message.kv_request_id + " round " + std::to_string(message.round_seq) + ": ";
   Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
@@ -441,9 +452,38 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
   Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
   if (load == nullptr || !load->slots.frame_open()) return;  // a discarded or abandoned frame
   impl_->open_frame_round.reset();
-  load->slots.EndFrame();
+  std::optional<std::string> failure = impl_->CheckLanded(message, *load);
+  if (failure) {
+    // The slots hold the bytes now, so the failure is reported at once.
+    load->slots.DropFrame();
+    if (load->phase == Phase::kInFlight) impl_->EndLoadLocally(message.round_seq, *load, std::move(*failure), impl_->clock());
+  } else {
+    load->slots.EndFrame();
+  }
   impl_->AfterFrame(message.round_seq, *load);
 }
+
+// Why the landed frame must not count (a block whose bytes do not match what
+// the producer hashed, or slots whose memory is gone), or nullopt.
+std::optional<std::string> ClientRole::Impl::CheckLanded(const protocol::BlockData& message, Load& load) {
+  if (!checksums) return std::nullopt;
+  for (size_t i = 0; i < message.block_indexes.size(); ++i) {
+    const protocol::BlockIndex index = message.block_indexes[i];
+    const std::optional<uint64_t> landed = load.slots.LandedChecksum(index);
+    if (!landed) return std::string(kSlotsUnmapped);
+    const uint64_t expected = message.xxh3.values[i];
+    if (*landed == expected) continue;
+    const Key& key = load.keys[load.slots.PositionOf(index)];
+    checksum_failures.push_back(ChecksumFailure{load.kv_request_id, key, index, expected, *landed});
+    return "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) + "): the peer sent xxh3 " +
+           protocol::ChecksumHex(expected) + ", the bytes that landed hash to " + protocol::ChecksumHex(*landed);
+  }
+  return std::nullopt;
+}
+
+void ClientRole::EnableChecksums() { impl_->checksums = true; }
+
+std::vector<ChecksumFailure> ClientRole::TakeChecksumFailures() { return std::exchange(impl_->checksum_failures, {}); }
 
 bool ClientRole::OpenFrameAbandoned() const {
   if (!impl_->open_frame_round) return false;

@@ -96,7 +96,16 @@ class ClientRole {
   Status OnAbortAck(const protocol::AbortAck& message);
   Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
   // The payload announced by the last accepted OnBlockDataHeader has landed.
+  // With checksums on, each landed block is checked against the header's
+  // xxh3 before it counts: a mismatch fails the load, not the connection.
   void OnBlockDataComplete(const protocol::BlockData& message);
+
+  // The "xxh3" feature is on for this connection (wire-protocol.md section
+  // 7): every block_data must carry a valid xxh3 array, and every landed
+  // block is checked. Called once the handshake has negotiated it.
+  void EnableChecksums();
+  // Blocks that failed their check since the last call, each once.
+  std::vector<ChecksumFailure> TakeChecksumFailures();
 
   // The load of the open frame (header accepted, payload not landed) has
   // ended (timeout or finish): its result waits for the payload to land,

@@ -63,11 +63,12 @@ enum class Phase : uint8_t {
 
 // One load, from its fetch until its round is retired.
 struct Load {
-  Load(JobId job, std::string kv, LoadSlots destination)
-      : job_id(job), kv_request_id(std::move(kv)), slots(std::move(destination)) {}
+  Load(JobId job, std::string kv, std::vector<protocol::Key> fetched, LoadSlots destination)
+      : job_id(job), kv_request_id(std::move(kv)), keys(std::move(fetched)), slots(std::move(destination)) {}
 
   JobId job_id;
   std::string kv_request_id;
+  std::vector<protocol::Key> keys;  // parallel to the destination slots: names a block in a checksum failure
   LoadSlots slots;
   Phase phase = Phase::kInFlight;
   // When OnTick next has work for this load (its timeout while in flight,

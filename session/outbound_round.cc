@@ -45,4 +45,16 @@ bool OutboundRound::NextBatchReadable(size_t max_blocks) const {
                      [](const QueuedBlock& block) { return block.pin->Readable(); });
 }
 
+std::optional<std::vector<uint64_t>> OutboundRound::NextBatchChecksums(size_t max_blocks) const {
+  const size_t count = std::min(queue.size(), std::max<size_t>(max_blocks, 1));
+  std::vector<uint64_t> checksums;
+  checksums.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::optional<uint64_t> checksum = queue[i].pin->Checksum();
+    if (!checksum) return std::nullopt;
+    checksums.push_back(*checksum);
+  }
+  return checksums;
+}
+
 }  // namespace kvpeer::session

@@ -82,6 +82,9 @@ struct OutboundRound {
   std::vector<QueuedBlock> TakeBatch(size_t max_blocks);
   // Whether every block the next TakeBatch(max_blocks) returns can be read.
   bool NextBatchReadable(size_t max_blocks) const;
+  // The checksums of the next batch, in order (PinnedBlock::Checksum), or
+  // nullopt when a block of it is no longer readable.
+  std::optional<std::vector<uint64_t>> NextBatchChecksums(size_t max_blocks) const;
 
   // Every demanded block has been handed to a frame.
   bool Complete() const { return has_demand && unmatched.empty() && queue.empty(); }

@@ -1,3 +1,4 @@
+#include "protocol/features.h"
 #include "session/peer_session.h"
 
 #include <openssl/rand.h>
@@ -181,6 +182,10 @@ Status PeerSession::Impl::Fail(Status status) {
 Status PeerSession::Impl::MaybeReady() {
   if (state != State::kHandshaking || !handshake.complete()) return Status::Ok();
   state = State::kReady;
+  if (handshake.FeatureOn(protocol::kFeatureXxh3)) {
+    client->EnableChecksums();
+    server->EnableChecksums();
+  }
   std::deque<OutFrame> pending = std::move(queued);
   queued.clear();
   for (OutFrame& frame : pending) DirectSend(std::move(frame));
@@ -345,6 +350,7 @@ void PeerSession::Impl::Close(const std::string& reason, bool notify_peer) {
   // Results the roles already hold are collected first, so the roles' Close
   // reports only what is still open and no job is reported twice.
   Append(closed_results.loads, client->TakeResults());
+  Append(closed_results.checksum_failures, client->TakeChecksumFailures());
   Append(closed_results.stores, server->TakeStoreResults());
   Append(closed_results.new_fetch_ids, server->TakeNewFetchIds());
   Append(closed_results.ended_fetch_ids, server->TakeEndedFetchIds());
@@ -365,6 +371,7 @@ SessionResults PeerSession::Impl::TakeResults() {
   closed_results = {};
   if (state == State::kClosed) return results;
   Append(results.loads, client->TakeResults());
+  Append(results.checksum_failures, client->TakeChecksumFailures());
   Append(results.stores, server->TakeStoreResults());
   Append(results.new_fetch_ids, server->TakeNewFetchIds());
   Append(results.ended_fetch_ids, server->TakeEndedFetchIds());

@@ -81,6 +81,8 @@ struct SessionResults {
   // Request ids whose serving ended (ServerRole::TakeEndedFetchIds): the
   // daemon drops their supply binding to this session unless ServesRequest.
   std::vector<std::string> ended_fetch_ids;
+  // Blocks that failed the xxh3 check (their loads are among `loads`, failed).
+  std::vector<ChecksumFailure> checksum_failures;
   // The server role's round timeouts and key-byte refusals (ServerRole::TakeRoundEvents).
   RoundEvents round_events;
 };

@@ -74,6 +74,7 @@ struct ServerRole::Impl {
   std::set<std::string> bound_ids;
   std::vector<std::string> ended_fetch_ids;
   bool closed = false;
+  bool checksums = false;  // the xxh3 feature is on: every data frame carries block_data.xxh3
   std::string close_reason;
   size_t open_rounds = 0;  // entries of every request's `rounds`
   std::vector<JobId> last_frame_jobs;  // store jobs with a block in the last data frame (OnDataFrameTorn)
@@ -469,6 +470,8 @@ size_t ServerRole::Impl::MaxBlocksPerFrame() const {
   return static_cast<size_t>(std::max<uint64_t>(blocks, 1));
 }
 
+void ServerRole::EnableChecksums() { impl_->checksums = true; }
+
 bool ServerRole::ProduceDataFrame() {
   Impl& s = *impl_;
   if (s.closed) return false;
@@ -480,7 +483,12 @@ bool ServerRole::ProduceDataFrame() {
   s.ready.pop_front();
   OutboundRound& round = *s.FindRound(key);  // `ready` lists live rounds only
   round.scheduled = false;
-  if (!round.NextBatchReadable(s.MaxBlocksPerFrame())) {
+  // Hashed before the header is written (wire-protocol.md section 7), which
+  // also leaves the bytes warm in cache for the kernel's copy.
+  std::optional<std::vector<uint64_t>> checksums;
+  if (s.checksums) checksums = round.NextBatchChecksums(s.MaxBlocksPerFrame());
+  const bool readable = s.checksums ? checksums.has_value() : round.NextBatchReadable(s.MaxBlocksPerFrame());
+  if (!readable) {
     // An engine truncated its region under a pinned block: the round fails
     // (transfer_done false) instead of the connection, which a fault in the
     // middle of writing a frame would break.
@@ -500,6 +508,7 @@ bool ServerRole::ProduceDataFrame() {
     data.block_indexes.push_back(block.dest);
     frame.blocks.push_back(block.pin);
   }
+  if (checksums) data.xxh3 = protocol::BlockChecksums::Of(std::move(*checksums));
   frame.message = std::move(data);
   s.send(std::move(frame));
   s.ledger.OnFrameProduced();

@@ -102,6 +102,10 @@ class ServerRole {
   // REQUIRES: every frame produced earlier has been written, so that
   // transfer_done follows its round's data on the wire.
   bool ProduceDataFrame();
+
+  // The "xxh3" feature is on for this connection (wire-protocol.md section
+  // 7): every data frame carries its blocks' checksums (PinnedBlock::Checksum).
+  void EnableChecksums();
   // Also true while store results wait for the last produced data frame to
   // be written (a result frees the engine's slots): the next pull, after
   // that write, releases them and may send nothing.

@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "protocol/block_checksum.h"
 #include "protocol/messages.h"
 
 namespace kvpeer::session {
@@ -39,6 +41,10 @@ class PinnedBlock {
   // False once the memory behind bytes() is gone (an engine truncated its
   // region file): reading it would fault, so it must not be sent.
   virtual bool Readable() const { return true; }
+  // The block's XXH3-64 as block_data.xxh3 sends it (wire-protocol.md
+  // section 7): the value kept when its engine published it sealed, else one
+  // computed now; nullopt when the memory is gone (see Readable).
+  virtual std::optional<uint64_t> Checksum() const { return protocol::BlockChecksum(std::as_bytes(bytes())); }
 };
 using PinRef = std::shared_ptr<const PinnedBlock>;
 
@@ -60,6 +66,11 @@ class SlotSink {
   virtual std::span<uint8_t> Slot(protocol::BlockIndex index) = 0;
   // False once the memory behind the slots is gone (see PinnedBlock).
   virtual bool Writable() const { return true; }
+  // The XXH3-64 of a slot whose block has landed, or nullopt when its memory
+  // is gone (see Writable).
+  virtual std::optional<uint64_t> LandedChecksum(protocol::BlockIndex index) {
+    return protocol::BlockChecksum(std::as_bytes(Slot(index)));
+  }
 };
 using SlotSinkRef = std::shared_ptr<SlotSink>;
 
@@ -77,6 +88,16 @@ using SendFn = std::function<void(OutFrame)>;
 
 // The result of a load (client role) or a store (server role supply) job.
 // Every job gets exactly one.
+// A block whose landed bytes did not match the checksum its producer sent
+// (wire-protocol.md section 7): its load failed; the daemon logs and counts it.
+struct ChecksumFailure {
+  std::string kv_request_id;
+  protocol::Key key;
+  protocol::BlockIndex block_index = 0;
+  uint64_t expected = 0;  // what block_data.xxh3 said
+  uint64_t landed = 0;    // what the slot holds
+};
+
 struct JobResult {
   JobId job_id = 0;
   std::string kv_request_id;

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
+#include <span>
 #include <deque>
 #include <string>
 #include <vector>
@@ -90,6 +92,9 @@ class SessionPipe {
 
   // Whether Delivered() keeps a copy of every message (off for long runs).
   void set_record(bool record) { record_ = record; }
+  // Called on each block of a payload after it landed, before the receiver
+  // is told: a test flips bytes "in flight" here.
+  void set_payload_tamper(std::function<void(std::span<uint8_t>)> tamper) { tamper_ = std::move(tamper); }
 
   size_t Queued(Side from) const { return outbox_[from].size(); }
   std::deque<OutFrame>& Outbox(Side from) { return outbox_[from]; }
@@ -143,6 +148,7 @@ class SessionPipe {
         REQUIRE(source.size() == block_len_);
         REQUIRE(plan.targets[i].size() == block_len_);
         std::memcpy(plan.targets[i].data(), source.data(), block_len_);
+        if (tamper_) tamper_(plan.targets[i]);
       }
     }
     receiver.OnBlockDataComplete(data);
@@ -151,6 +157,7 @@ class SessionPipe {
   uint64_t block_len_;
   bool round_trip_;
   bool record_ = true;
+  std::function<void(std::span<uint8_t>)> tamper_;
   std::array<std::deque<OutFrame>, 2> outbox_;
   std::array<PeerSession*, 2> sessions_{nullptr, nullptr};
   std::array<bool, 2> eof_delivered_{false, false};
