@@ -160,11 +160,12 @@ std::string RegisterFd(uint64_t num_blocks) {
   return "{\"op\":\"register_region\",\"fd\":true,\"num_blocks\":" + std::to_string(num_blocks) + "}";
 }
 
-std::string Publish(const std::vector<std::string>& keys, const std::vector<uint32_t>& block_ids) {
+std::string Publish(const std::vector<std::string>& keys, const std::vector<uint32_t>& block_ids, bool seal) {
   std::string out = "{\"op\":\"publish\",\"keys\":";
   AppendStrings(&out, keys);
   out += ",\"block_ids\":";
   AppendInts(&out, block_ids);
+  if (seal) out += ",\"seal\":true";
   out += "}";
   return out;
 }

@@ -66,7 +66,7 @@ class EngineClient {
 namespace request {
 std::string Hello(std::string_view client, uint64_t block_len, std::string_view fingerprint, std::string_view seed);
 std::string RegisterFd(uint64_t num_blocks);
-std::string Publish(const std::vector<std::string>& keys, const std::vector<uint32_t>& block_ids);
+std::string Publish(const std::vector<std::string>& keys, const std::vector<uint32_t>& block_ids, bool seal = false);
 std::string Lookup(std::string_view peer, std::string_view kv, const std::vector<std::string>& keys, bool flush);
 std::string Flush();
 std::string Load(int64_t job_id, std::string_view peer, std::string_view kv, const std::vector<std::string>& keys,

@@ -229,8 +229,9 @@ Baselines RunBaselines(const Sizes& sizes, Report& report) {
 
 // One producer (A) and one consumer (B) daemon with `block` blocks.
 struct Pair {
-  Pair(const DaemonOptions& daemon, const std::string& dir, const Sizes& sizes)
-      : a(Named(daemon, dir, "a")), b(Named(daemon, dir, "b")) {
+  // `tag` tells apart the files of pairs that run at once.
+  Pair(const DaemonOptions& daemon, const std::string& dir, const Sizes& sizes, const std::string& tag = "")
+      : a(Named(daemon, dir, "a" + tag)), b(Named(daemon, dir, "b" + tag)) {
     const uint64_t block = daemon.block_len;
     a.Start();
     b.Start();
@@ -293,6 +294,54 @@ json::object BulkJson(const BulkFigures& f) {
                       {"consumer_cpu_s_per_GB", f.consumer_cpu_s_per_gb},
                       {"engine_cpu_s_per_GB", f.engine_cpu_s_per_gb},
                       {"daemon_context_switches_per_MB", f.daemon_switches_per_mb}};
+}
+
+// What the xxh3 feature costs in bulk (issue goals: with checksums on, at
+// least 0.9x the throughput and at most 1.15x the daemons' CPU per GB of the
+// same transfer with them off, as medians of interleaved rounds).
+void ReportChecksumCost(const std::string& name, const std::vector<double>& on_gbps,
+                        const std::vector<double>& on_cpu, const std::vector<double>& off_gbps,
+                        const std::vector<double>& off_cpu, Report& report) {
+  Figure off = Fig("bulk_" + name + "_nochecksum_GBps", "bulk fetch " + name + " blocks, checksums off", "GB/s",
+                   Percentile(off_gbps, 0.5));
+  report.Add(off);
+  report.Add(Fig("bulk_" + name + "_nochecksum_cpu_s_per_GB", "CPU of both daemons per GB, " + name +
+                 ", checksums off", "s/GB", Percentile(off_cpu, 0.5)));
+  Figure speed = Fig("bulk_" + name + "_checksum_GBps", "bulk fetch " + name + " blocks, checksums on", "GB/s",
+                     Percentile(on_gbps, 0.5));
+  speed.baseline = off.value;
+  speed.baseline_name = "checksums off";
+  speed.goal = Goal::kRatioMin;
+  speed.target = 0.9;
+  speed.target_text = ">= 0.9x";
+  report.Add(speed);
+  Figure cpu = Fig("bulk_" + name + "_checksum_cpu_s_per_GB", "CPU of both daemons per GB, " + name +
+                   ", checksums on", "s/GB", Percentile(on_cpu, 0.5));
+  cpu.baseline = Percentile(off_cpu, 0.5);
+  cpu.baseline_name = "checksums off";
+  cpu.goal = Goal::kRatioMax;
+  cpu.target = 1.15;
+  cpu.target_text = "<= 1.15x";
+  report.Add(cpu);
+}
+
+// The cost of `publish` with `seal` (control-api.md section 2): the whole
+// source region published again, sealed and not, interleaved; the median
+// difference per MiB is what sealing adds.
+void MeasureSealCost(SourceEngine& source, uint64_t block, const Sizes& sizes, Report& report) {
+  Progress("daemons: publish, sealed and not");
+  std::vector<double> sealed_us, plain_us;
+  for (int round = 0; round < std::max(3, sizes.rounds * 2); ++round) {
+    plain_us.push_back(static_cast<double>(source.RepublishNs(false)) / 1e3);
+    sealed_us.push_back(static_cast<double>(source.RepublishNs(true)) / 1e3);
+  }
+  const double mib = static_cast<double>(source.num_blocks() * block) / static_cast<double>(kMiB);
+  const double plain = Percentile(plain_us, 0.5), sealed = Percentile(sealed_us, 0.5);
+  report.Add(Fig("publish_seal_us_per_MiB", "publish with seal: added time per MiB sealed", "us/MiB",
+                 std::max(0.0, sealed - plain) / mib));
+  report.Add(Fig("publish_us_per_MiB", "publish without seal, per MiB of blocks named", "us/MiB", plain / mib));
+  report.details()["publish_seal"] =
+      json::object{{"MiB", mib}, {"plain_us", Summary(plain_us)}, {"sealed_us", Summary(sealed_us)}};
 }
 
 void RunBulkPart(const std::string& binary, const std::string& dir, const Options& options, const Sizes& sizes,
@@ -369,16 +418,29 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       if (options.only == "latency") return;
     }
 
+    if (first) MeasureSealCost(*pair.source, block, sizes, report);
+
+    // At 1 MiB a second pair runs with checksums off (wire-protocol.md
+    // section 7), its rounds interleaved with the first's, so the cost of
+    // the xxh3 feature is always in the report (docs/performance.md).
+    std::unique_ptr<Pair> plain;
+    if (first) {
+      DaemonOptions off = daemon;
+      off.extra_args.insert(off.extra_args.end(), {"--features", ""});
+      plain = std::make_unique<Pair>(off, dir, sizes, "-nosum");
+    }
+
     // Warm-up: one pass over the regions so the daemons' first touches of
     // the mappings (page-table faults) are not in the measurement.
     BulkConfig warm = config;
     warm.total_bytes = sizes.region_bytes;
     RunBulk(*pair.bulk, pair.a.listen(), 1, pair.source->num_blocks(), warm, "warm-" + name);
+    if (plain) RunBulk(*plain->bulk, plain->a.listen(), 1, plain->source->num_blocks(), warm, "warm-nosum-" + name);
 
     // Rounds of raw TCP then the daemons, back to back, so that both see
     // the machine in the same state; the medians are reported.
     config.total_bytes = sizes.bulk_total;
-    std::vector<double> raw_gbps, raw_cpu, daemon_gbps, daemon_cpu, engine_cpu;
+    std::vector<double> raw_gbps, raw_cpu, daemon_gbps, daemon_cpu, engine_cpu, plain_gbps, plain_cpu;
     json::array rounds;
     for (int round = 0; round < sizes.rounds; ++round) {
       Progress("round " + std::to_string(round + 1) + ": raw TCP, then the daemons, " +
@@ -396,6 +458,12 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       item["raw_sender_cpu_s"] = raw.sender_cpu_ns / 1e9;
       item["raw_receiver_cpu_s"] = raw.receiver_cpu_ns / 1e9;
       item["raw_context_switches_per_MB"] = static_cast<double>(raw.context_switches) / (raw.bytes / 1e6);
+      if (plain) {
+        const BulkFigures off = MeasuredBulk(*plain, config, "bulk-nosum-" + name + "-" + std::to_string(round));
+        plain_gbps.push_back(off.result.GBps());
+        plain_cpu.push_back(off.daemons_cpu_s_per_gb);
+        item["checksums_off"] = BulkJson(off);
+      }
       rounds.push_back(std::move(item));
       if (f.result.verified_blocks == 0 || !(f.result.GBps() > 0)) {
         problems->push_back("bulk " + name + ": nothing verified");
@@ -425,6 +493,8 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
     report.Add(cpu);
     report.Add(Fig("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB",
                    Percentile(engine_cpu, 0.5)));
+    if (plain) ReportChecksumCost(name, daemon_gbps, daemon_cpu, plain_gbps, plain_cpu, report);
+    plain.reset();
     const double raw_median = Percentile(raw_gbps, 0.5);
 
     if (first) {

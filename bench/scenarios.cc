@@ -21,17 +21,27 @@ SourceEngine::SourceEngine(const std::string& socket, uint64_t block_len, uint64
     : client_(socket), region_(num_blocks, block_len), space_(space) {
   client_.Call(request::Hello("bench-source", block_len, kFingerprint, kSeed), "hello");
   client_.Call(request::RegisterFd(num_blocks), "register_region", region_.fd());
+  for (uint64_t i = 0; i < num_blocks; ++i) region_.Fill(i, SourceId(space, static_cast<uint32_t>(i)));
+  PublishAll(false);
+}
+
+void SourceEngine::PublishAll(bool seal) {
+  const uint64_t num_blocks = region_.num_blocks();
   for (uint64_t begin = 0; begin < num_blocks; begin += kMaxKeysPerPublish) {
     std::vector<std::string> keys;
     std::vector<uint32_t> ids;
     for (uint64_t i = begin; i < std::min(num_blocks, begin + kMaxKeysPerPublish); ++i) {
-      const auto index = static_cast<uint32_t>(i);
-      region_.Fill(i, SourceId(space, index));
-      keys.push_back(BlockKey(space, index));
-      ids.push_back(index);
+      keys.push_back(BlockKey(space_, static_cast<uint32_t>(i)));
+      ids.push_back(static_cast<uint32_t>(i));
     }
-    client_.Call(request::Publish(keys, ids), "publish");
+    client_.Call(request::Publish(keys, ids, seal), "publish");
   }
+}
+
+int64_t SourceEngine::RepublishNs(bool seal) {
+  const int64_t start = NowNs();
+  PublishAll(seal);
+  return NowNs() - start;
 }
 
 ConsumerEngine::ConsumerEngine(const std::string& socket, uint64_t block_len, const std::string& name,

@@ -33,10 +33,15 @@ class SourceEngine {
  public:
   SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space);
   uint64_t num_blocks() const { return region_.num_blocks(); }
+  // Publishes every block again at its slot (sealed or not) and returns the
+  // wall time the daemon took, in ns: the cost of `seal` is the difference.
+  int64_t RepublishNs(bool seal);
   uint32_t space() const { return space_; }
   EngineClient& client() { return client_; }
 
  private:
+  void PublishAll(bool seal);
+
   EngineClient client_;
   Region region_;
   uint32_t space_;

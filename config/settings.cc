@@ -341,6 +341,29 @@ std::string ApplyMetricsListen(const std::vector<std::string>& raw, Settings* s)
   return "";
 }
 
+// --features: a list of supported feature names (ApplyOptions drops empty
+// items, so `--features ""` and `features = []` offer none).
+std::string ApplyFeatures(const std::vector<std::string>& raw, Settings* s) {
+  const std::vector<std::string> supported = protocol::SupportedFeatures();
+  std::vector<std::string> chosen;
+  for (const std::string& name : raw) {
+    if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
+      std::string known;
+      for (const std::string& feature : supported) known += (known.empty() ? "" : ", ") + feature;
+      return Quoted(name) + " is not a supported feature (supported: " + known + "; \"\" for none)";
+    }
+    if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) chosen.push_back(name);
+  }
+  s->features = std::move(chosen);
+  return "";
+}
+
+json::value FeaturesJson(const Settings& s) {
+  json::array names;
+  for (const std::string& name : s.features) names.emplace_back(name);
+  return names;
+}
+
 json::value AllowCidrJson(const Settings& s) {
   json::array blocks;
   for (const Cidr& block : s.allow_cidrs) blocks.emplace_back(block.ToString());
@@ -539,6 +562,14 @@ std::vector<OptionSpec> BuildOptions() {
                        return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_round_key_bytes);
                      },
                      .effective = [](const Settings& s) { return json::value(s.max_round_key_bytes); }});
+  options.push_back({.name = "features",
+                     .value_name = "LIST",
+                     .default_text = "xxh3",
+                     .help = "wire features offered to peers, comma-separated (xxh3: per-block checksums); \"\" "
+                             "offers none",
+                     .repeatable = true,
+                     .apply = ApplyFeatures,
+                     .effective = FeaturesJson});
   options.push_back({.name = "log-level",
                      .value_name = "LEVEL",
                      .default_text = "info",
@@ -595,6 +626,10 @@ class TomlSubsetConfig : public CLI::Config {
       CLI::ConfigItem item;
       item.name = entry.key;
       item.inputs = std::move(entry.values);
+      // CLI11 drops an item without inputs; an empty array is a value (an
+      // empty list: `features = []` offers none), given as one empty item
+      // that ApplyOptions removes again.
+      if (entry.is_array && item.inputs.empty()) item.inputs.emplace_back();
       items.push_back(std::move(item));
     }
     return items;
@@ -715,8 +750,10 @@ std::vector<std::string> ApplyOptions(const Cli& cli, Settings* settings) {
   std::vector<std::string> problems;
   for (size_t i = 0; i < Options().size(); ++i) {
     const OptionSpec& option = Options()[i];
-    const std::vector<std::string>& raw = cli.options[i]->results();
+    std::vector<std::string> raw = cli.options[i]->results();
     if (raw.empty()) continue;
+    // A list's empty items are no items: `--features ""` and `= []` are empty lists.
+    if (option.repeatable) std::erase(raw, std::string());
     std::string why = option.apply(raw, settings);
     if (!why.empty()) problems.push_back(std::string(option.name) + ": " + why);
   }

@@ -26,6 +26,7 @@
 
 #include "config/cidr.h"
 #include "config/host_port.h"
+#include "protocol/features.h"
 
 namespace kvpeer::config {
 
@@ -89,6 +90,9 @@ struct Settings {
   std::chrono::seconds round_timeout{30};
   std::chrono::seconds unbound_timeout{60};
   uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
+  // Wire features offered in connect (wire-protocol.md section 7); by
+  // default every supported one. Empty = none (a 1.0-compatible node).
+  std::vector<std::string> features = protocol::SupportedFeatures();
   std::string log_level = "info";  // trace, debug, info, warn, error
   std::optional<HostPort> metrics_listen;  // --metrics-listen; unset = no HTTP metrics listener
   // Nothing before authentication (wire spec section 4, item 6): accepted

@@ -1,5 +1,7 @@
 #include "daemon/block_index.h"
 
+#include "protocol/block_checksum.h"
+
 #include <utility>
 #include <vector>
 
@@ -16,6 +18,7 @@ struct SlotState {
   uint32_t keys = 0;             // keys published at this slot
   uint32_t pins = 0;             // live PinRefs reading it
   bool release_pending = false;  // withdrawn while pinned: report when unpinned
+  std::optional<uint64_t> sealed;  // the checksum kept by a sealed publish
 };
 
 // An engine's part of the index. Shared by the index and by every pin of the
@@ -39,6 +42,7 @@ struct NodeBlockIndex::Engine {
     SlotState& state = slots[slot];
     *pinned = false;
     if (--state.keys > 0) return false;
+    state.sealed.reset();  // nothing published here vouches for these bytes any more
     if (state.pins > 0) {
       state.release_pending = true;
       *pinned = true;
@@ -61,10 +65,15 @@ namespace {
 
 class SlotPin : public session::PinnedBlock {
  public:
-  SlotPin(std::shared_ptr<NodeBlockIndex::Engine> engine, SlotId slot, std::shared_ptr<const void> attachment)
+  // `sealed` overrides the slot's own kept checksum (a sealed store).
+  SlotPin(std::shared_ptr<NodeBlockIndex::Engine> engine, SlotId slot, std::shared_ptr<const void> attachment,
+          std::optional<uint64_t> sealed)
       : engine_(std::move(engine)), slot_(slot), attachment_(std::move(attachment)) {
-    ++engine_->slots[slot_].pins;
+    SlotState& state = engine_->slots[slot_];
+    ++state.pins;
     ++*engine_->node_pins;
+    // Taken now: what the slot's publisher vouched for when this pin began.
+    sealed_ = sealed ? sealed : state.sealed;
   }
   // The slot is unpinned first; the attachment (e.g. a store job's guard)
   // is released after, so whoever it notifies sees the slot unpinned.
@@ -75,11 +84,19 @@ class SlotPin : public session::PinnedBlock {
 
   std::span<const uint8_t> bytes() const override { return engine_->region->Block(slot_); }
   bool Readable() const override { return engine_->region->StillBacked(); }
+  // The sealed value when there is one (control-api.md `publish` `seal`),
+  // so a slot changed since its seal fails the consumer's check.
+  std::optional<uint64_t> Checksum() const override {
+    if (sealed_) return sealed_;
+    if (!Readable()) return std::nullopt;
+    return protocol::BlockChecksum(std::as_bytes(bytes()));
+  }
 
  private:
   std::shared_ptr<NodeBlockIndex::Engine> engine_;
   SlotId slot_;
   std::shared_ptr<const void> attachment_;
+  std::optional<uint64_t> sealed_;
 };
 
 class RegionSink : public session::SlotSink {
@@ -92,6 +109,10 @@ class RegionSink : public session::SlotSink {
     return region_->Block(index);
   }
   bool Writable() const override { return region_->StillBacked(); }
+  std::optional<uint64_t> LandedChecksum(SlotId index) override {
+    if (!Writable()) return std::nullopt;  // hashing a truncated mapping would fault
+    return protocol::BlockChecksum(std::as_bytes(Slot(index)));
+  }
 
  private:
   std::shared_ptr<ShmRegion> region_;
@@ -135,9 +156,19 @@ NodeBlockIndex::Location* NodeBlockIndex::Holding(std::vector<Location>& holders
   return nullptr;
 }
 
-size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys,
-                               const std::vector<SlotId>& block_ids) {
+size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys, const std::vector<SlotId>& block_ids,
+                               bool seal) {
   Engine& owner = *engines_.at(engine);
+  // The engine vouches for the slot's bytes as they are now: a sealed
+  // publish takes their checksum, an unsealed one drops an older seal.
+  // (A pin taken earlier keeps the value it began with.)
+  for (SlotId slot : block_ids) {
+    if (seal) {
+      owner.slots[slot].sealed = SealOf(engine, slot);
+    } else if (auto it = owner.slots.find(slot); it != owner.slots.end()) {
+      it->second.sealed.reset();
+    }
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     std::vector<Location>& holders = keys_[keys[i]];
     if (Location* held = Holding(holders, engine)) {
@@ -184,7 +215,7 @@ session::PinRef NodeBlockIndex::PinIfPublished(const Key& key) {
   if (it == keys_.end() || it->second.empty()) return nullptr;
   // Any holder may serve; the earliest one does.
   const Location& holder = it->second.front();
-  return std::make_shared<SlotPin>(engines_.at(holder.engine), holder.slot, nullptr);
+  return std::make_shared<SlotPin>(engines_.at(holder.engine), holder.slot, nullptr, std::nullopt);
 }
 
 uint32_t NodeBlockIndex::holders(const Key& key) const {
@@ -192,8 +223,15 @@ uint32_t NodeBlockIndex::holders(const Key& key) const {
   return it == keys_.end() ? 0 : static_cast<uint32_t>(it->second.size());
 }
 
-session::PinRef NodeBlockIndex::Pin(EngineId engine, SlotId slot, std::shared_ptr<const void> attachment) {
-  return std::make_shared<SlotPin>(engines_.at(engine), slot, std::move(attachment));
+session::PinRef NodeBlockIndex::Pin(EngineId engine, SlotId slot, std::shared_ptr<const void> attachment,
+                                    std::optional<uint64_t> sealed) {
+  return std::make_shared<SlotPin>(engines_.at(engine), slot, std::move(attachment), sealed);
+}
+
+std::optional<uint64_t> NodeBlockIndex::SealOf(EngineId engine, SlotId slot) const {
+  const ShmRegion& region = *engines_.at(engine)->region;
+  if (!region.StillBacked()) return std::nullopt;
+  return protocol::BlockChecksum(std::as_bytes(region.Block(slot)));
 }
 
 size_t NodeBlockIndex::published(EngineId engine) const {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -64,8 +65,12 @@ class NodeBlockIndex : public session::BlockIndex {
 
   // REQUIRES: `engine` added; keys.size() == block_ids.size(); every id
   // below the region's num_blocks. Returns how many keys were published.
+  // `seal` (control-api.md `publish`): each named slot's XXH3-64 is taken
+  // now and kept, and every pin of the slot taken while it stays published
+  // sends that value, so a consumer fails a load whose source changed since;
+  // an unsealed publish of a slot drops its kept value.
   size_t Publish(EngineId engine, const std::vector<protocol::Key>& keys,
-                 const std::vector<protocol::BlockIndex>& block_ids);
+                 const std::vector<protocol::BlockIndex>& block_ids, bool seal = false);
   // Withdraws those of `keys` that `engine` publishes (others are ignored).
   // A slot still holding another key is in neither list.
   UnpublishResult Unpublish(EngineId engine, const std::vector<protocol::Key>& keys);
@@ -75,8 +80,15 @@ class NodeBlockIndex : public session::BlockIndex {
 
   // Pins a slot of `engine` whether or not anything is published there.
   // `attachment` lives exactly as long as the pin (after the slot is
-  // unpinned, it is released). REQUIRES: `engine` added, slot in range.
-  session::PinRef Pin(EngineId engine, protocol::BlockIndex slot, std::shared_ptr<const void> attachment);
+  // unpinned, it is released). `sealed`: the checksum the pin sends instead
+  // of a fresh one (a sealed store). REQUIRES: `engine` added, slot in range.
+  session::PinRef Pin(EngineId engine, protocol::BlockIndex slot, std::shared_ptr<const void> attachment,
+                      std::optional<uint64_t> sealed = std::nullopt);
+
+  // The XXH3-64 of a slot of `engine` as it is now, for a sealed publish or
+  // store; nullopt when the region's file no longer covers it.
+  // REQUIRES: `engine` added, slot in range.
+  std::optional<uint64_t> SealOf(EngineId engine, protocol::BlockIndex slot) const;
 
   // Keys `engine` publishes now (0 if unknown).
   size_t published(EngineId engine) const;

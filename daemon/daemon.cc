@@ -59,6 +59,7 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
   peers.round_timeout = settings.round_timeout;
   peers.unbound_timeout = settings.unbound_timeout;
   peers.max_round_key_bytes = settings.max_round_key_bytes;
+  peers.features = settings.features;
   peers.max_pending_lookups = settings.max_pending_lookups;
   peers.max_queued_bytes = settings.max_queued_bytes;
   peers.allow_address = MakeAllowAddress(settings);

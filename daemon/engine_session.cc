@@ -169,11 +169,13 @@ ApiStatus EngineSession::Publish(const json::object& request, json::object* resp
   reader.Keys("keys", 0, &keys);
   reader.BlockIds("block_ids", 0, &block_ids);
   reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
+  std::optional<bool> seal;
+  reader.OptionalBool("seal", &seal);
   if (!reader.ok()) return reader.status();
   if (ApiStatus bad = CheckRegion("publish")) return bad;
   std::vector<BlockIndex> slots;
   if (ApiStatus bad = CheckBlockIds(block_ids, &slots)) return bad;
-  (*response)["published"] = registry_.index().Publish(id_, keys, slots);
+  (*response)["published"] = registry_.index().Publish(id_, keys, slots, seal.value_or(false));
   return std::nullopt;
 }
 
@@ -241,6 +243,9 @@ ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view o
   reader.Keys("keys", 1, &job->keys);
   reader.BlockIds("block_ids", 1, &block_ids);
   reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
+  std::optional<bool> seal;
+  if (peer == nullptr) reader.OptionalBool("seal", &seal);  // store only (control-api.md section 2)
+  job->seal = seal.value_or(false);
   if (!reader.ok()) return reader.status();
   if (Peers() == nullptr) return PeerSideMissing();
   if (ApiStatus bad = CheckRegion(op)) return bad;
@@ -301,7 +306,10 @@ ApiStatus EngineSession::Store(const json::object& request, json::object*) {
   std::vector<session::PinRef> pins;
   {
     auto guard = std::make_shared<StoreGuard>(weak_from_this(), job_id, node_job);
-    for (BlockIndex slot : slots) pins.push_back(registry_.index().Pin(id_, slot, guard));
+    for (BlockIndex slot : slots) {
+      std::optional<uint64_t> sealed = job.seal ? registry_.index().SealOf(id_, slot) : std::nullopt;
+      pins.push_back(registry_.index().Pin(id_, slot, guard, sealed));
+    }
   }  // from here on only the pins hold the guard
   registry_.counters().Add("stores_submitted");
   peers->Store(node_job, kv_request_id, std::move(keys), std::move(pins));

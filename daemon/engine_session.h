@@ -94,6 +94,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
     std::string kv_request_id;
     std::vector<protocol::Key> keys;
     std::vector<protocol::BlockIndex> slots;
+    bool seal = false;  // store's `seal`: the slots' checksums are kept from now
   };
   // Reads and checks what load (with `peer`) and store (peer null) share.
   ApiStatus ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,

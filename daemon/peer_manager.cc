@@ -107,6 +107,7 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.server.unsupplied_timeout = config_.unbound_timeout;
   session.server.store_timeout = config_.unbound_timeout;
   session.server.max_round_key_bytes = config_.max_round_key_bytes;
+  session.features = config_.features;
   session.random_token = RandomNonce;
   return session;
 }
@@ -382,6 +383,7 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
     Peer* entry = it == peers_.end() ? nullptr : &it->second;
     for (const auto& load : results.loads) RecordLoadResult(entry, peer, load);
   }
+  for (const auto& failure : results.checksum_failures) RecordChecksumFailure(peer, failure);
   for (const auto& load : results.loads) results_.OnLoadResult(load);
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);

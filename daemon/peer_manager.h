@@ -39,6 +39,7 @@
 #include "daemon/peer_resolver.h"
 #include "daemon/peer_service.h"
 #include "daemon/reason_labels.h"
+#include "protocol/features.h"
 #include "session/unbound_supply.h"
 
 namespace kvpeer::daemon {
@@ -72,6 +73,8 @@ struct PeerManagerConfig {
   session::Duration round_timeout = std::chrono::seconds(30);
   session::Duration unbound_timeout = std::chrono::seconds(60);
   uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
+  // Wire features offered in every connect (wire-protocol.md section 7).
+  std::vector<std::string> features = protocol::SupportedFeatures();
   // Distinct probes of one request's open lookup round on one peer; beyond
   // it Lookup answers bad_request.
   size_t max_pending_lookups = 0;
@@ -96,7 +99,12 @@ class PeerManager : public PeerService, private ConnectionListener {
   void set_node_id(std::string node_id) { config_.node_id = std::move(node_id); }
   // Where limit hits and authentication failures are counted (the node's
   // status.counters); null = not counted. Must outlive the manager.
-  void set_counters(Counters* counters) { counters_ = counters; }
+  void set_counters(Counters* counters) {
+    counters_ = counters;
+    // Shown from the start, so a first failure is a rise an alert can see
+    // (docs/operations.md section 7, "When checksum_failures rises").
+    if (counters_ != nullptr) counters_->Add("checksum_failures", 0);
+  }
   // Peer connections made from now on use TLS with this context.
   void set_tls(std::shared_ptr<boost::asio::ssl::context> tls) { config_.tls = std::move(tls); }
   // Live settings (SIGHUP): they apply to connections made from now on;
@@ -169,6 +177,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   void RecordClose(const PeerConnection& connection);
   void CountAuthFailure(const PeerConnection& connection);
   void RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result);
+  void RecordChecksumFailure(const std::string& peer, const session::ChecksumFailure& failure);
 
   boost::asio::awaitable<void> AcceptLoop();
   // Logs a failed accept (at most once a second) and, when the process or

@@ -9,6 +9,8 @@
 
 #include "daemon/peer_histograms.h"
 #include "daemon/rfc3339.h"
+#include "protocol/block_checksum.h"
+#include "protocol/codec.h"
 #include "protocol/type_names.h"
 
 namespace kvpeer::daemon {
@@ -44,6 +46,22 @@ void PeerManager::RecordLoadResult(Peer* entry, const std::string& peer, const s
   if (started) load_seconds_failed_.Observe(seconds);
   spdlog::info("peer {}: load (node job {}) of kv_request_id {} failed: {}", peer, result.job_id,
                result.kv_request_id, result.reason);
+}
+
+// A block whose landed bytes did not match its producer's xxh3
+// (wire-protocol.md section 7): its load has failed (counted with the load,
+// reason "checksum"); this names the block for the operator
+// (docs/operations.md, "When checksum_failures rises").
+void PeerManager::RecordChecksumFailure(const std::string& peer, const session::ChecksumFailure& failure) {
+  if (counters_ != nullptr) counters_->Add("checksum_failures");
+  // A key is at most 4 KiB; its first 64 bytes name it in a log line.
+  constexpr size_t kShownKeyBytes = 64;
+  const std::string_view key = failure.key;
+  spdlog::warn("peer {}: checksum mismatch: kv_request_id {} key {}{} (slot {}): the peer sent xxh3 {}, the landed "
+               "bytes hash to {}; the load failed",
+               peer, failure.kv_request_id, protocol::ToHex(key.substr(0, kShownKeyBytes)),
+               key.size() > kShownKeyBytes ? "..." : "", failure.block_index, protocol::ChecksumHex(failure.expected),
+               protocol::ChecksumHex(failure.landed));
 }
 
 void PeerManager::OnLookupAnswered(session::Duration round_trip) { lookup_round_trip_.Observe(peer_histograms::Seconds(round_trip)); }
@@ -129,6 +147,13 @@ boost::json::array PeerManager::PeersStatus() const {
     peer["round_key_bytes"] = connection ? connection->session().RoundKeyBytes() : 0;  // --max-round-key-bytes
     peer["queued_bytes"] = connection ? connection->queued_bytes() : 0;
     peer["queued_bytes_peak"] = connection ? connection->queued_bytes_peak() : 0;
+    // Ours: the wire features on for the current session (wire-protocol.md
+    // section 7), empty until it is ready.
+    boost::json::array features;
+    if (connection != nullptr) {
+      for (const std::string& name : connection->session().features_on()) features.emplace_back(name);
+    }
+    peer["features"] = std::move(features);
     if (entry.last_error) {
       peer["last_error"] = *entry.last_error;
     } else {

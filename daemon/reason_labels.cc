@@ -72,6 +72,7 @@ size_t ClassifyLoadFailure(std::string_view reason) {
   if (reason == "request finished") return IndexOf(labels, "request_finished");
   if (reason == "peer reported failure") return IndexOf(labels, "peer_failed");
   if (reason.starts_with("transfer_done before all blocks arrived")) return IndexOf(labels, "incomplete");
+  if (reason.starts_with("checksum mismatch")) return IndexOf(labels, "checksum");
   if (Has(reason, {"shutting down"})) return IndexOf(labels, "shutdown");
   return IndexOf(labels, "session_closed");
 }

@@ -37,8 +37,8 @@ size_t ClassifySessionClose(std::string_view close_reason, bool violation);
 
 // A load's failure reason (session::JobResult::reason). Reasons the client
 // role does not produce itself are the session's close reason.
-inline constexpr std::array<std::string_view, 6> kLoadFailureLabels = {
-    "timeout", "request_finished", "peer_failed", "incomplete", "shutdown", "session_closed"};
+inline constexpr std::array<std::string_view, 7> kLoadFailureLabels = {
+    "timeout", "request_finished", "peer_failed", "incomplete", "checksum", "shutdown", "session_closed"};
 size_t ClassifyLoadFailure(std::string_view reason);
 
 // A store's failure reason.

@@ -61,6 +61,10 @@ class ShmFile {
       throw std::runtime_error("pwrite");
     }
   }
+  // Shrinks (or grows) the file, as an engine that truncated its region.
+  void Truncate(uint64_t size) const {
+    if (::truncate(path_.c_str(), static_cast<off_t>(size)) != 0) throw std::runtime_error("truncate");
+  }
   std::string Read(uint64_t offset, size_t size) const {
     UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     std::string bytes(size, '\0');

@@ -196,9 +196,12 @@ class Client:
             fields["offset"] = offset
         return self.request("register_region", _fds=[fd], **fields)
 
-    def publish(self, keys, block_ids):
-        """Announces that `keys` are held at `block_ids`; returns the count."""
-        return self.request("publish", keys=_hex_keys(keys), block_ids=list(block_ids))["published"]
+    def publish(self, keys, block_ids, seal=False):
+        """Announces that `keys` are held at `block_ids`; returns the count.
+        With seal=True the daemon keeps each block's checksum as it is now,
+        so a peer's load fails if the slot changes before it is served."""
+        fields = {"seal": True} if seal else {}
+        return self.request("publish", keys=_hex_keys(keys), block_ids=list(block_ids), **fields)["published"]
 
     def unpublish(self, keys):
         """Withdraws keys; returns {"released": [...], "pinned": [...]}."""
@@ -221,10 +224,12 @@ class Client:
         self.request("load", job_id=job_id, peer=peer, kv_request_id=kv_request_id,
                      keys=_hex_keys(keys), block_ids=list(block_ids))
 
-    def store(self, job_id, kv_request_id, keys, block_ids):
-        """Offers these slots to a remote decoder (disaggregated prefill)."""
+    def store(self, job_id, kv_request_id, keys, block_ids, seal=False):
+        """Offers these slots to a remote decoder (disaggregated prefill);
+        seal as for publish."""
+        fields = {"seal": True} if seal else {}
         self.request("store", job_id=job_id, kv_request_id=kv_request_id,
-                     keys=_hex_keys(keys), block_ids=list(block_ids))
+                     keys=_hex_keys(keys), block_ids=list(block_ids), **fields)
 
     def finish(self, kv_request_id):
         """Tells the daemon this engine is done with the request."""

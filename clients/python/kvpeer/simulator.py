@@ -157,22 +157,22 @@ class SimEngine:
         for key, slot in zip(keys, block_ids):
             self.region.write_block(slot, block_content(key, self.block_len))
 
-    def fill_and_publish(self, keys, block_ids, batch=4096):
+    def fill_and_publish(self, keys, block_ids, batch=4096, seal=False):
         """Fills the slots, then publishes them (in batches, so one request
         line stays far below the 16 MiB limit)."""
         self.fill(keys, block_ids)
         published = 0
         for ks, bs in zip(_chunks(keys, batch), _chunks(list(block_ids), batch)):
-            published += self.client.publish(ks, bs)
+            published += self.client.publish(ks, bs, seal=seal)
         return published
 
-    def supply(self, kv_request_id, keys, block_ids, fill=True):
+    def supply(self, kv_request_id, keys, block_ids, fill=True, seal=False):
         """Disaggregated prefill: fills and offers slots for a remote decoder's
         fetch of `kv_request_id`. Returns the store job id."""
         if fill:
             self.fill(keys, block_ids)
         job = self.new_job_id()
-        self.client.store(job, kv_request_id, keys, block_ids)
+        self.client.store(job, kv_request_id, keys, block_ids, seal=seal)
         return job
 
     # -- results -------------------------------------------------------------
