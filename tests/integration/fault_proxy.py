@@ -16,10 +16,11 @@ behaviour at run time, from its own thread:
                       `rst=True`, an RST instead of a FIN); new connections
                       are accepted again afterwards;
   * `refuse(True)`    accept new connections and close them at once;
-  * `corrupt(...)`    flip one byte of the stream: at a raw byte offset
-                      counted from now, or, frame-aware, in the magic, the
-                      header or the payload of the n-th kvpeer frame from now
-                      (optionally only frames with a payload, i.e. block_data).
+  * `corrupt(...)`    flip one byte (or `length` consecutive bytes) of the
+                      stream: at a raw byte offset counted from now, or,
+                      frame-aware, in the magic, the header or the payload of
+                      the n-th kvpeer frame from now (optionally only frames
+                      with a payload, i.e. block_data).
 
 Direction names: "up" is dialler -> target (what the proxy's client sends),
 "down" is target -> dialler.
@@ -48,6 +49,7 @@ PREFIX_LEN = 16
 # one does (a proxy that buffered everything would hide a stopped producer).
 DEFAULT_MAX_HELD = 1024 * 1024
 CHUNK = 256 * 1024
+MAX_KEPT_HEADER = 64 * 1024  # a frame header up to this size is kept for the corruption that hits its payload
 SLICE = 64 * 1024  # most bytes one send() is given
 TICK_S = 0.05  # how often a blocked thread looks at its stop flag
 
@@ -68,15 +70,20 @@ class _Corruption:
     """One armed corruption of one direction (fires once, on the first
     connection whose stream reaches it)."""
 
-    def __init__(self, where, offset, nth, only_payload_frames, xor):
+    def __init__(self, where, offset, nth, only_payload_frames, xor, length=1):
         self.where = where  # "raw", "magic", "header" or "payload"
         self.offset = offset
         self.nth = nth
         self.only_payload_frames = only_payload_frames
         self.xor = xor
-        self.fired = threading.Event()
+        self.length = length  # consecutive bytes to flip (clamped to the part for frame-aware kinds)
+        self.fired = threading.Event()  # set when the first byte was flipped
+        self.done = threading.Event()  # set when the last byte was flipped
         self.fired_at = None  # (connection id, stream offset)
         self.frame_prefix = None  # the original prefix of the frame it hit (frame-aware kinds)
+        self.frame_header = None  # the original header bytes of that frame (header/payload kinds, when known)
+        self.part_offset = None  # where in its part the flipped range starts (after clamping)
+        self.flipped = 0  # bytes flipped so far
 
 
 class _FrameCursor:
@@ -92,10 +99,12 @@ class _FrameCursor:
         self.header_len = 0
         self.payload_len = 0
         self.pos_in_part = 0
+        self.header = bytearray()  # the original header bytes of the current frame (small headers only)
 
     def start_frame(self):
         self.part, self.left, self.pos_in_part = "prefix", PREFIX_LEN, 0
         self.prefix = bytearray()
+        self.header = bytearray()
 
 
 class _Pipe:
@@ -153,9 +162,19 @@ class _Pipe:
         original = bytes(data)
         for c in self.proxy._armed(self.direction):
             if c.where == "raw":
-                rel = c.offset - start
-                if 0 <= rel < len(data) and self.proxy._fire(c, self.conn.id, c.offset):
-                    data[rel] ^= c.xor
+                # The part of [offset, offset + length) inside this chunk.
+                lo = max(c.offset + c.flipped, start) - start
+                hi = min(c.offset + c.length, start + len(data)) - start
+                if lo >= hi:
+                    continue
+                if c.flipped == 0:
+                    if not self.proxy._fire(c, self.conn.id, c.offset):
+                        continue
+                elif c.fired_at[0] != self.conn.id:
+                    continue  # the rest of the range belongs to the connection it started on
+                for k in range(lo, hi):
+                    data[k] ^= c.xor
+                self.proxy._flipped(c, hi - lo)
         if self.cursor.ok:
             self._walk_frames(original, data, start)
         return data
@@ -180,6 +199,8 @@ class _Pipe:
                 cur.part, cur.left, cur.pos_in_part = "header", cur.header_len, 0
             else:
                 take = min(cur.left, n - i)
+                if cur.part == "header" and cur.header_len <= MAX_KEPT_HEADER:
+                    cur.header += original[i:i + take]
                 self._hit_in_part(data, i, take, cur.pos_in_part)
                 cur.pos_in_part += take
                 cur.left -= take
@@ -206,26 +227,46 @@ class _Pipe:
                 c.nth -= 1
                 continue
             if c.where == "magic":
-                pos = prefix_pos + min(c.offset or 0, 3)
+                first = min(c.offset or 0, 3)
+                pos = prefix_pos + first
                 if pos >= 0 and self.proxy._fire(c, self.conn.id, start + pos, bytes(cur.prefix)):
-                    data[pos] ^= c.xor
+                    end = prefix_pos + min(first + c.length, 4)
+                    for k in range(pos, end):
+                        data[k] ^= c.xor
+                    c.part_offset = first
+                    self.proxy._flipped(c, end - pos, finished=True)
                 elif pos < 0:
                     # The magic already went out with an earlier chunk: hit the
                     # next frame instead.
                     continue
-            elif c.where == "header" and cur.header_len > 0:
-                self._frame_hits.append((c, "header", min(c.offset or 0, cur.header_len - 1)))
-            elif c.where == "payload" and cur.payload_len > 0:
-                self._frame_hits.append((c, "payload", min(c.offset or 0, cur.payload_len - 1)))
+            elif c.where in ("header", "payload"):
+                part_len = cur.header_len if c.where == "header" else cur.payload_len
+                if part_len > 0:
+                    first = min(c.offset or 0, part_len - 1)
+                    self._frame_hits.append((c, c.where, first, min(first + c.length, part_len)))
 
     def _hit_in_part(self, data, i, take, part_start):
-        for c, part, off in list(self._frame_hits):
+        """Flips the bytes of this chunk (`take` bytes at data[i:], part
+        positions part_start ..) that fall in an aimed range [first, end)
+        of the current part."""
+        for hit in list(self._frame_hits):
+            c, part, first, end = hit
             if part != self.cursor.part:
                 continue
-            rel = off - part_start
-            if 0 <= rel < take and self.proxy._fire(c, self.conn.id, None, bytes(self.cursor.prefix)):
-                data[i + rel] ^= c.xor
-                self._frame_hits.remove((c, part, off))
+            lo = max(first + c.flipped, part_start)
+            hi = min(end, part_start + take)
+            if lo >= hi:
+                continue
+            if c.flipped == 0:
+                header = bytes(self.cursor.header) if part == "payload" and self.cursor.header else None
+                if not self.proxy._fire(c, self.conn.id, None, bytes(self.cursor.prefix), header):
+                    self._frame_hits.remove(hit)
+                    continue
+                c.part_offset = first
+            for k in range(lo, hi):
+                data[i + k - part_start] ^= c.xor
+            if self.proxy._flipped(c, hi - lo, finished=hi == end):
+                self._frame_hits.remove(hit)
 
     # -- writing -----------------------------------------------------------
 
@@ -439,23 +480,36 @@ class FaultProxy:
             c.close(rst=rst)
         return len(conns)
 
-    def corrupt(self, direction="down", offset=None, where="raw", nth=0, only_payload_frames=False, xor=0xFF):
-        """Arms a one-byte corruption of `direction` and returns a handle
-        whose `fired` event is set once it hit.
+    def corrupt(self, direction="down", offset=None, where="raw", nth=0, only_payload_frames=False, xor=0xFF,
+                length=1):
+        """Arms a corruption of `direction`: `length` consecutive bytes
+        (default 1) each XORed with `xor`. Returns a handle whose `fired`
+        event is set once the first byte was flipped and `done` once the
+        last one was; `flipped` counts the bytes flipped.
 
-        where="raw": the byte at `offset` of the direction's stream counted
-        from the start of the connection (use `stream_offset()` + k for "k
-        bytes from now"). where="magic"/"header"/"payload": the `offset`-th
-        byte (default 0) of that part of the `nth` frame (0 = the next one
-        whose prefix starts after now), optionally counting only frames with
-        a payload (block_data)."""
+        where="raw": the bytes at `offset` .. `offset + length - 1` of the
+        direction's stream counted from the start of the connection (use
+        `stream_offset()` + k for "k bytes from now"); all of them on the
+        connection where the first one went by. where="magic"/"header"/
+        "payload": from the `offset`-th byte (default 0) of that part of the
+        `nth` frame (0 = the next one whose prefix starts after now),
+        optionally counting only frames with a payload (block_data). An
+        `offset` beyond the part hits its last byte (so `offset=2**62` is a
+        frame's last payload byte), and the range stops at the part's end.
+        The bytes may span chunk boundaries of the stream. After a
+        frame-aware corruption fired, `part_offset` is where in its part the
+        flipped range started (after clamping), `frame_prefix` the frame's
+        original 16-byte prefix and, for a payload hit, `frame_header` its
+        original header bytes (which block_data it hit)."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction is one of {DIRECTIONS}")
         if where not in ("raw", "magic", "header", "payload"):
             raise ValueError("where is raw, magic, header or payload")
         if where == "raw" and offset is None:
             raise ValueError("a raw corruption needs an offset")
-        c = _Corruption(where, offset, nth, only_payload_frames, xor)
+        if not isinstance(length, int) or length < 1:
+            raise ValueError("length is an integer >= 1")
+        c = _Corruption(where, offset, nth, only_payload_frames, xor, length)
         with self._lock:
             self._corruptions[direction].append(c)
         return c
@@ -514,20 +568,37 @@ class FaultProxy:
         return self._stalled
 
     def _armed(self, direction):
+        """Corruptions of `direction` not finished yet (a raw one that fired
+        stays here until its last byte went by)."""
         with self._lock:
-            live = [c for c in self._corruptions[direction] if not c.fired.is_set()]
+            live = [c for c in self._corruptions[direction] if not c.done.is_set()]
             self._corruptions[direction] = live
             return list(live)
 
-    def _fire(self, c, cid, offset, prefix=None):
+    def _fire(self, c, cid, offset, prefix=None, header=None):
+        """Claims `c` for connection `cid` (its first byte is about to be
+        flipped); False if it already fired elsewhere."""
         with self._lock:
             if c.fired.is_set():
                 return False
             c.fired_at = (cid, offset)
             c.frame_prefix = prefix
+            c.frame_header = header
             c.fired.set()
             self.stats["corruptions_fired"] += 1
             return True
+
+    def _flipped(self, c, n, finished=None):
+        """Records `n` more flipped bytes of `c`; returns True (and sets
+        `done`) once the range is complete: at `length` bytes, or when
+        `finished` says the clamped range ended."""
+        with self._lock:
+            c.flipped += n
+            if finished is None:
+                finished = c.flipped >= c.length
+            if finished:
+                c.done.set()
+            return finished
 
     def _count(self, direction, n):
         with self._lock:

@@ -14,6 +14,8 @@ that the daemon closed the connection after it.
 Every wait is bounded by a timeout; loopback addresses only.
 """
 
+import ctypes
+import ctypes.util
 import hashlib
 import hmac
 import json
@@ -24,7 +26,7 @@ import time
 
 __all__ = [
     "MAGIC", "MAX_HEADER_LEN", "MAX_PAYLOAD_LEN", "Frame", "WireError", "WirePeer", "WireListener",
-    "encode_frame", "psk_proof", "random_hex16",
+    "encode_frame", "psk_proof", "random_hex16", "xxh3_hex", "xxh3_list",
 ]
 
 MAGIC = b"KVP1"
@@ -55,6 +57,46 @@ def psk_proof(psk, role, verifier_nonce, prover_nonce, prover_id, verifier_id):
     fields = [b"kvpeer-v1.1", role.encode(), verifier_nonce.encode(), prover_nonce.encode(),
               prover_id.encode(), verifier_id.encode()]
     return hmac.new(psk, b"\0".join(fields), hashlib.sha256).hexdigest()
+
+
+_XXH3 = None
+
+
+def _xxh3_64bits():
+    """XXH3_64bits from the system's libxxhash (Debian libxxhash0, which
+    the daemon's build requires through libxxhash-dev), loaded once."""
+    global _XXH3
+    if _XXH3 is None:
+        lib = None
+        for name in ("libxxhash.so.0", ctypes.util.find_library("xxhash")):
+            if not name:
+                continue
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        if lib is None:
+            raise WireError("libxxhash not found (install libxxhash0): needed to compute block_data.xxh3")
+        fn = lib.XXH3_64bits
+        fn.restype = ctypes.c_uint64
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        _XXH3 = fn
+    return _XXH3
+
+
+def xxh3_hex(data):
+    """Wire 1.1 section 7: the 16 lowercase hex digits of XXH3-64 (seed 0)
+    of `data`, as block_data.xxh3 carries them."""
+    data = bytes(data)
+    return format(_xxh3_64bits()(data, len(data)), "016x")
+
+
+def xxh3_list(payload, block_len):
+    """block_data.xxh3 for a payload of whole blocks: one checksum per block."""
+    if len(payload) % block_len:
+        raise ValueError(f"a payload of {len(payload)} bytes is not whole blocks of {block_len}")
+    return [xxh3_hex(payload[i:i + block_len]) for i in range(0, len(payload), block_len)]
 
 
 def encode_header(header):

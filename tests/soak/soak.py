@@ -26,7 +26,12 @@ Invariants (any violation fails the run, exit status 1):
   * after quiescence: no loads in flight and no rounds served anywhere, every
     published slot released on unpublish (pins leaked = 0);
   * no file-descriptor growth, anonymous RSS bounded, every daemon exits 0 on
-    SIGTERM, no daemon dies on its own.
+    SIGTERM, no daemon dies on its own;
+  * no checksum failure (counters.checksum_failures = 0 on every daemon, and
+    no "checksum mismatch" in any log, which also covers processes that were
+    restarted): the corruption faults hit only headers and magic, which
+    close the session, so no block may land with bytes its producer did not
+    send.
 
     soak.py [--seconds S] [--nodes N] [--engines E] [--seed X] [--bin-dir DIR]
 
@@ -782,6 +787,13 @@ class Soak:
         if busy:
             self.stats.violation("not_quiescent", json.dumps(busy)[:2000])
         results["busy_after_quiescence"] = len(busy or [])
+        # Checksums (wire spec section 7): nothing here flips payload bytes.
+        results["checksum_failures"] = {}
+        for n in self.nodes:
+            count = n.daemon.status()["counters"].get("checksum_failures", 0)  # absent until the first one
+            results["checksum_failures"][n.daemon.name] = count
+            if count:
+                self.stats.violation("checksum_failures", f"{n.daemon.name}: counters.checksum_failures = {count}")
         # Pins: withdraw everything; every slot must be released.
         leaked = 0
         for w in self.workers:
@@ -896,7 +908,7 @@ class Soak:
         for n in self.nodes:
             text = n.daemon.log_text()
             for marker in ("AddressSanitizer", "UndefinedBehaviorSanitizer", "runtime error:", "LeakSanitizer",
-                           "terminate called", "Assertion", " critical "):
+                           "terminate called", "Assertion", " critical ", "checksum mismatch"):
                 if marker in text:
                     found.append((n.daemon.name, marker))
                     self.stats.violation("log_marker", f"{n.daemon.name}: {marker}")
@@ -932,6 +944,7 @@ class Soak:
             "wrong": c["blocks_wrong"],
             "no_reason": violations.get("no_reason", 0),
             "pins_leaked": q["pins_leaked"],
+            "checksum_failures": q["checksum_failures"],
             "busy_after_quiescence": q["busy_after_quiescence"],
             "fd_growth": q["fd_growth"],
             "rss_anon_kb": q["rss_anon_kb"],
@@ -946,6 +959,7 @@ class Soak:
                 f"faults={figures['faults_fired']} restarts={figures['restarts']} lost={figures['lost']} "
                 f"duplicates={figures['duplicates']} wrong={figures['wrong']} no_reason={figures['no_reason']} "
                 f"pins_leaked={figures['pins_leaked']} orphaned_kill9={figures['orphaned_kill9']} "
+                f"checksum_failures={sum(figures['checksum_failures'].values())} "
                 f"fd_growth={max(figures['fd_growth'].values()) if figures['fd_growth'] else 0} "
                 f"rss_anon_kb={'/'.join(f'{b}->{e}' for b, e in figures['rss_anon_kb'].values())} "
                 f"rss_anon_peak_kb={max(figures['rss_anon_peak_kb'].values())} "
