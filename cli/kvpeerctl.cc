@@ -41,7 +41,7 @@ constexpr const char* kUsage =
     "options (before or after the command):\n"
     "  --socket PATH     control socket [default: /run/kvpeer/kvpeerd.sock]\n"
     "  --json            print the daemon's JSON answer (peers: the peers array)\n"
-    "  --timeout-s S     how long to wait for the answer [default: 60]\n"
+    "  --timeout-s S     how long the whole exchange may take [default: 60]\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 the daemon answered with an error, 2 unreachable or usage error\n";

@@ -12,6 +12,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -99,9 +100,13 @@ int ListenUnix(const std::string& path) {
 
 // A daemon stand-in: accepts one connection, reads one request line, and
 // answers `reply` (nothing at all if `reply` is empty, closing instead).
+// With a `dribble` interval it writes the answer one byte per interval, as a
+// hostile or wedged daemon might, and stops once the client has gone.
 class FakeDaemon {
  public:
-  FakeDaemon(const std::string& path, std::string reply) : fd_(ListenUnix(path)), reply_(std::move(reply)) {
+  FakeDaemon(const std::string& path, std::string reply,
+             std::chrono::milliseconds dribble = std::chrono::milliseconds(0))
+      : fd_(ListenUnix(path)), reply_(std::move(reply)), dribble_(dribble) {
     thread_ = std::thread([this] { Serve(); });
   }
   ~FakeDaemon() {
@@ -123,15 +128,24 @@ class FakeDaemon {
     if (client < 0) return;
     char c;
     while (::read(client, &c, 1) == 1 && c != '\n') request_.push_back(c);
-    if (!reply_.empty()) {
-      std::string line = reply_ + "\n";
-      (void)!::write(client, line.data(), line.size());
-    }
+    if (!reply_.empty()) Answer(client, reply_ + "\n");
     ::close(client);
+  }
+
+  void Answer(int client, const std::string& line) const {
+    if (dribble_.count() == 0) {
+      (void)!::send(client, line.data(), line.size(), MSG_NOSIGNAL);
+      return;
+    }
+    for (char c : line) {
+      std::this_thread::sleep_for(dribble_);
+      if (::send(client, &c, 1, MSG_NOSIGNAL) != 1) return;  // the client gave up (EPIPE)
+    }
   }
 
   int fd_;
   std::string reply_;
+  std::chrono::milliseconds dribble_;
   std::string request_;
   std::thread thread_;
 };
@@ -302,6 +316,24 @@ TEST_CASE("a daemon answering garbage: exit 2") {
   daemon.Request();
   CHECK(run.exit_code == 2);
   CHECK(Contains(run.err, "kvpeerd sent an answer that is not JSON"));
+}
+
+// Issue 11, finding 5: the timeout was SO_RCVTIMEO per recv, so a daemon
+// sending one byte a second kept `--timeout-s 3` waiting past 25 s.
+TEST_CASE("the timeout bounds the whole exchange: a daemon dribbling its answer is cut off") {
+  TempDir dir;
+  std::string socket = dir.path() + "/d.sock";
+  FakeDaemon daemon(socket, R"({"id":1,"ok":true})", std::chrono::seconds(1));
+  auto start = std::chrono::steady_clock::now();
+  Run run = RunCtl(dir, {"--socket", socket, "--timeout-s", "2", "status"});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(daemon.Request().at("op") == "status");
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 2);
+  CHECK(Contains(run.err, "kvpeerctl: kvpeerd did not answer within 2 s"));
+  CHECK(run.out.empty());
+  CHECK(elapsed >= std::chrono::milliseconds(1900));
+  CHECK(elapsed < std::chrono::seconds(4));
 }
 
 TEST_CASE("usage errors exit 2 without touching the socket") {
