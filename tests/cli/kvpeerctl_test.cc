@@ -336,6 +336,49 @@ TEST_CASE("the timeout bounds the whole exchange: a daemon dribbling its answer 
   CHECK(elapsed < std::chrono::seconds(4));
 }
 
+// Boost.JSON writes an infinite double as `Infinity`, which is not JSON;
+// a daemon answering 1e999 (parsed as infinity) made `--json` print it.
+TEST_CASE("json output is valid JSON: numbers beyond double range become null, nothing else changes") {
+  const char* reply = R"({"id":null,"ok":true,"node_id":"x","uptime_s":1e999,"peers":[{"peer_id":"p",)"
+                      R"("rtt_us":-1e999,"bytes_sent":1e300}],"counters":{"deep":[[{"n":1e999}],2]}})";
+  for (std::string command : {"status", "peers"}) {
+    TempDir dir;
+    std::string socket = dir.path() + "/d.sock";
+    FakeDaemon daemon(socket, reply);
+    Run run = RunCtl(dir, {"--socket", socket, "--json", command});
+    daemon.Request();
+    INFO(command << ": " << run.out << run.err);
+    CHECK(run.exit_code == 0);
+    boost::system::error_code error;
+    json::value printed = json::parse(run.out, error);
+    REQUIRE_FALSE(error);
+    json::value peers = command == "peers" ? printed : printed.at("peers");
+    CHECK(peers.at(0).at("rtt_us").is_null());
+    CHECK(peers.at(0).at("bytes_sent") == 1e300);
+    CHECK(peers.at(0).at("peer_id") == "p");
+    if (command == "status") {
+      CHECK(printed.at("uptime_s").is_null());
+      CHECK(printed.at("counters").at("deep").at(0).at(0).at("n").is_null());
+      CHECK(printed.at("counters").at("deep").at(1) == 2);
+      CHECK(printed.at("node_id") == "x");
+      CHECK(printed.at("id").is_null());
+    }
+  }
+}
+
+TEST_CASE("json output of a daemon error prints valid JSON too") {
+  TempDir dir;
+  std::string socket = dir.path() + "/d.sock";
+  FakeDaemon daemon(socket, R"({"id":1,"ok":false,"retry_after":1e999,"error":{"code":"conflict","message":"m"}})");
+  Run run = RunCtl(dir, {"--socket", socket, "--json", "status"});
+  daemon.Request();
+  CHECK(run.exit_code == 1);
+  boost::system::error_code error;
+  json::value printed = json::parse(run.out, error);
+  REQUIRE_FALSE(error);
+  CHECK(printed.at("retry_after").is_null());
+}
+
 TEST_CASE("usage errors exit 2 without touching the socket") {
   TempDir dir;
   struct Case {
