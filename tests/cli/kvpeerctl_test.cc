@@ -379,6 +379,34 @@ TEST_CASE("json output of a daemon error prints valid JSON too") {
   CHECK(printed.at("retry_after").is_null());
 }
 
+// AsCount cast any non-negative double to uint64: undefined for 1e300, and
+// in a plain build "uptime 0s" and "0 B" were printed for it. (GCC's
+// -fsanitize=undefined does not include float-cast-overflow, so the output
+// checks are what catch it.)
+TEST_CASE("status shows numbers out of uint64 range as their JSON text, without undefined behaviour") {
+  const char* reply =
+      R"({"id":1,"ok":true,"node_id":"x","uptime_s":1e300,"peers":[{"peer_id":"p","state":"ready",)"
+      R"("since":"-","rtt_us":-1e300,"bytes_sent":1e300,"bytes_received":1.8446744073709552e19,)"
+      R"("loads_in_flight":1e300,"rounds_serving":-1,"last_error":null}],)"
+      R"("engines":[{"client":"e","pid":-1e300,"num_blocks":1e300,"published":1e19,"loads_in_flight":-0.5}],)"
+      R"("counters":{"huge":1e300,"negative":-1e300,"inf":1e999,"fits":1024.0}})";
+  TempDir dir;
+  std::string socket = dir.path() + "/d.sock";
+  FakeDaemon daemon(socket, reply);
+  Run run = RunCtl(dir, {"--socket", socket, "status"});
+  daemon.Request();
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 0);
+  CHECK(run.err.empty());
+  CHECK(Contains(run.out, "uptime   1E300\n"));
+  // RTT_US, then SENT (1e300 is no byte count) and RECEIVED (2^64 itself is out of range).
+  CHECK(Contains(run.out, "-1E300  1E300  1.8446744073709552E19"));
+  CHECK(Contains(run.out, "-1E300  1E300   1E19"));  // engine pid, num_blocks, published
+  CHECK(Contains(run.out, "huge      1E300\n"));
+  CHECK(Contains(run.out, "inf       -\n"));  // 1e999 parsed as infinity: null since the json fix
+  CHECK_FALSE(Contains(run.out, "Infinity"));
+}
+
 TEST_CASE("usage errors exit 2 without touching the socket") {
   TempDir dir;
   struct Case {
