@@ -1,6 +1,8 @@
 #include "cli/control_client.h"
 
+#include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -8,6 +10,7 @@
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -62,7 +65,58 @@ std::string ConnectProblem(const std::string& path, int error) {
   }
 }
 
-std::string Connect(const Socket& socket, const std::string& path) {
+// One deadline for the whole exchange (connect, send, the full answer):
+// `--timeout-s` bounds what the operator waits, so a daemon that answers one
+// byte a second cannot stretch it (issue 11, finding 5).
+class Deadline {
+ public:
+  explicit Deadline(std::chrono::seconds timeout)
+      : timeout_(timeout), end_(std::chrono::steady_clock::now() + timeout) {}
+
+  // Milliseconds left, rounded up so that poll() does not wake just short
+  // of the end; 0 once it has passed.
+  int RemainingMs() const {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(end_ - std::chrono::steady_clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 24 * 3600 * 1000));
+  }
+
+  // `step` says what was still unfinished, for the operator.
+  std::string Expired(const std::string& step) const {
+    return "kvpeerd did not answer within " + std::to_string(timeout_.count()) + " s (" + step + ")";
+  }
+
+ private:
+  std::chrono::seconds timeout_;
+  std::chrono::steady_clock::time_point end_;
+};
+
+enum class Wait { kReady, kExpired, kFailed };
+
+// Waits until `fd` is ready for `events` (or has an error, which the next
+// call reports) or the deadline passes; kFailed leaves errno set.
+Wait WaitReady(int fd, short events, const Deadline& deadline) {
+  for (;;) {
+    int remaining = deadline.RemainingMs();
+    if (remaining == 0) return Wait::kExpired;
+    pollfd ready{fd, events, 0};
+    int n = ::poll(&ready, 1, remaining);
+    if (n > 0) return Wait::kReady;
+    if (n < 0 && errno != EINTR) return Wait::kFailed;
+  }
+}
+
+// "" when ready, else what went wrong; `step` names what was unfinished.
+std::string WaitProblem(Wait wait, const Deadline& deadline, const std::string& step) {
+  if (wait == Wait::kExpired) return deadline.Expired(step);
+  if (wait == Wait::kFailed) return std::string("waiting for kvpeerd failed: ") + std::strerror(errno);
+  return "";
+}
+
+// A Unix-socket connect() cannot be polled for: non-blocking, it fails at
+// once with EAGAIN when the daemon's backlog is full. So the socket stays
+// blocking for it with SO_SNDTIMEO, which bounds an AF_UNIX connect, set to
+// the time left; everything after is non-blocking and polled.
+std::string Connect(const Socket& socket, const std::string& path, const Deadline& deadline) {
   if (socket.fd() < 0) return Unreachable(path, std::string("socket(): ") + std::strerror(errno));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -71,39 +125,50 @@ std::string Connect(const Socket& socket, const std::string& path) {
                                  std::to_string(sizeof(address.sun_path) - 1) + " bytes)");
   }
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  int remaining = std::max(deadline.RemainingMs(), 1);
+  timeval tv{static_cast<time_t>(remaining / 1000), static_cast<suseconds_t>(remaining % 1000 * 1000)};
+  ::setsockopt(socket.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   if (::connect(socket.fd(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    if (errno == EAGAIN || errno == EINPROGRESS) return deadline.Expired("its socket did not accept the connection");
     return ConnectProblem(path, errno);
+  }
+  if (::fcntl(socket.fd(), F_SETFL, ::fcntl(socket.fd(), F_GETFL) | O_NONBLOCK) != 0) {
+    return Unreachable(path, std::string("fcntl(O_NONBLOCK): ") + std::strerror(errno));
   }
   return "";
 }
 
-std::string SendAll(int fd, const std::string& data) {
+std::string SendAll(int fd, const std::string& data, const Deadline& deadline) {
   size_t sent = 0;
   while (sent < data.size()) {
+    if (Wait wait = WaitReady(fd, POLLOUT, deadline); wait != Wait::kReady) {
+      return WaitProblem(wait, deadline, "it did not take the request");
+    }
     // MSG_NOSIGNAL: a daemon that refuses us (uid allowlist) closes the
     // socket; that must be an error message, not a SIGPIPE death.
     ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) return std::string("sending the request failed: ") + std::strerror(errno);
     sent += static_cast<size_t>(n);
   }
   return "";
 }
 
-std::string ReadLine(int fd, std::chrono::seconds timeout, std::string* line) {
-  timeval tv{static_cast<time_t>(timeout.count()), 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+std::string ReadLine(int fd, const Deadline& deadline, std::string* line) {
   char buffer[65536];
   for (;;) {
-    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return "kvpeerd did not answer within " + std::to_string(timeout.count()) + " s";
+    if (Wait wait = WaitReady(fd, POLLIN, deadline); wait != Wait::kReady) {
+      return WaitProblem(wait, deadline,
+                         line->empty() ? "no byte of the answer arrived"
+                                       : "the answer was incomplete after " + std::to_string(line->size()) + " bytes");
     }
+    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) return std::string("reading the answer failed: ") + std::strerror(errno);
     if (n == 0) return "kvpeerd closed the connection without answering (is this user allowed to connect?)";
+    size_t searched = line->size();  // only the new bytes can hold the newline
     line->append(buffer, static_cast<size_t>(n));
-    size_t newline = line->find('\n');
+    size_t newline = line->find('\n', searched);
     if (newline != std::string::npos) {
       line->resize(newline);
       return "";
@@ -124,12 +189,13 @@ std::string ParseResponse(const std::string& line, json::object* response) {
 }  // namespace
 
 ExchangeResult Exchange(const std::string& socket_path, const json::object& request, std::chrono::seconds timeout) {
+  const Deadline deadline(timeout);
   ExchangeResult result;
   Socket socket;
-  result.problem = Connect(socket, socket_path);
+  result.problem = Connect(socket, socket_path, deadline);
   std::string line;
-  if (result.problem.empty()) result.problem = SendAll(socket.fd(), json::serialize(request) + "\n");
-  if (result.problem.empty()) result.problem = ReadLine(socket.fd(), timeout, &line);
+  if (result.problem.empty()) result.problem = SendAll(socket.fd(), json::serialize(request) + "\n", deadline);
+  if (result.problem.empty()) result.problem = ReadLine(socket.fd(), deadline, &line);
   if (result.problem.empty()) result.problem = ParseResponse(line, &result.response);
   result.reached = result.problem.empty();
   return result;

@@ -22,7 +22,10 @@ struct ExchangeResult {
 };
 
 // Sends `request` (one JSON object, serialized on one line) over the socket
-// at `socket_path` and waits up to `timeout` for the answer line.
+// at `socket_path` and reads the answer line. `timeout` bounds the whole
+// exchange (connect, send and the full answer), not each read, so a daemon
+// dribbling its answer cannot stretch it; on expiry `problem` starts
+// "kvpeerd did not answer within S s".
 ExchangeResult Exchange(const std::string& socket_path, const boost::json::object& request,
                         std::chrono::seconds timeout);
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/control_client.h"
+#include "cli/finite_json.h"
 #include "cli/status_view.h"
 #include "config/host_port.h"
 #include "config/printable.h"
@@ -40,8 +41,9 @@ constexpr const char* kUsage =
     "\n"
     "options (before or after the command):\n"
     "  --socket PATH     control socket [default: /run/kvpeer/kvpeerd.sock]\n"
-    "  --json            print the daemon's JSON answer (peers: the peers array)\n"
-    "  --timeout-s S     how long to wait for the answer [default: 60]\n"
+    "  --json            print the daemon's JSON answer (peers: the peers array);\n"
+    "                    numbers beyond double range are printed as null\n"
+    "  --timeout-s S     how long the whole exchange may take [default: 60]\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 the daemon answered with an error, 2 unreachable or usage error\n";
@@ -167,6 +169,9 @@ std::string Render(const Invocation& invocation, const json::object& response) {
 Outcome Run(const Invocation& invocation, const json::object& request) {
   kvpeer::cli::ExchangeResult result = kvpeer::cli::Exchange(invocation.socket_path, request, invocation.timeout);
   if (!result.reached) return {kExitUnreachable, "", "kvpeerctl: " + result.problem + "\n"};
+  // Every view prints from here, so --json is always valid JSON and the
+  // tables show "-" where the daemon sent a number beyond double range.
+  kvpeer::cli::NullNonFinite(result.response);
   auto ok = result.response.find("ok");
   if (ok != result.response.end() && ok->value().is_bool() && ok->value().as_bool()) {
     return {kExitOk, Render(invocation, result.response), ""};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/json/serialize.hpp>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -20,11 +21,20 @@ const json::value* Field(const json::object& object, const char* key) {
   return it == object.end() ? nullptr : &it->value();
 }
 
+// 2^64 as a double (exact): the first value a uint64 cannot hold.
+constexpr double kTwoTo64 = 18446744073709551616.0;
+
+// Converting a double outside [0, 2^64) (or NaN) to uint64 is undefined
+// behaviour; the daemon's answer is input, so such numbers are no count
+// and the caller shows their JSON text instead.
 std::optional<uint64_t> AsCount(const json::value* value) {
   if (value == nullptr) return std::nullopt;
   if (value->is_uint64()) return value->as_uint64();
   if (value->is_int64() && value->as_int64() >= 0) return static_cast<uint64_t>(value->as_int64());
-  if (value->is_double() && value->as_double() >= 0) return static_cast<uint64_t>(value->as_double());
+  if (value->is_double()) {
+    double number = value->as_double();
+    if (std::isfinite(number) && number >= 0 && number < kTwoTo64) return static_cast<uint64_t>(number);
+  }
   return std::nullopt;
 }
 
@@ -39,6 +49,11 @@ std::string Text(const json::value* value) {
 std::string Bytes(const json::value* value) {
   std::optional<uint64_t> count = AsCount(value);
   return count ? FormatBytes(*count) : Text(value);
+}
+
+std::string Duration(const json::value* value) {
+  std::optional<uint64_t> seconds = AsCount(value);
+  return seconds ? FormatDuration(*seconds) : Text(value);
 }
 
 // Prints rows under headers, each column as wide as its widest cell; the
@@ -89,11 +104,10 @@ std::vector<Row> ObjectRows(const json::object& status, const char* key, Row (*t
 }
 
 void PrintHeader(const json::object& status, std::ostream& out) {
-  std::optional<uint64_t> uptime = AsCount(Field(status, "uptime_s"));
   out << "node     " << Text(Field(status, "node_id")) << "\n"
       << "listen   " << Text(Field(status, "listen")) << "\n"
       << "version  " << Text(Field(status, "version")) << " (wire " << Text(Field(status, "wire_version")) << ")\n"
-      << "uptime   " << (uptime ? FormatDuration(*uptime) : "-") << "\n";
+      << "uptime   " << Duration(Field(status, "uptime_s")) << "\n";
 }
 
 void PrintEngines(const json::object& status, std::ostream& out) {

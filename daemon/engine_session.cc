@@ -253,6 +253,22 @@ ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view o
   return jobs_.CheckJobIdFree(job->job_id);
 }
 
+// docs/control-api.md section 2 ("conflict"): a pinned slot is being read,
+// by a peer's round that hit a key published there or by a store job
+// without its result. Loading into it would serve that peer the new bytes
+// under the old key (issue 11, finding 5). One index lookup per slot.
+ApiStatus EngineSession::CheckSlotsUnpinned(const std::vector<BlockIndex>& slots) const {
+  for (BlockIndex slot : slots) {
+    if (registry_.index().live_pins(id_, slot) == 0) continue;
+    return Fail(ErrorCode::kConflict,
+                "block id " + std::to_string(slot) +
+                    " is pinned: a peer's transfer is reading it, or it is a slot of a store job still without "
+                    "its result; unpublish its key and load into it once a poll's `released` event names it, or "
+                    "once the store's result has arrived");
+  }
+  return std::nullopt;
+}
+
 ApiStatus EngineSession::Load(const json::object& request, json::object*) {
   JobRequest job;
   std::string peer;
@@ -263,6 +279,7 @@ ApiStatus EngineSession::Load(const json::object& request, json::object*) {
   std::vector<protocol::Key>& keys = job.keys;
   std::vector<BlockIndex>& slots = job.slots;
   if (ApiStatus busy = jobs_.CheckLoadSlots(slots)) return busy;
+  if (ApiStatus busy = CheckSlotsUnpinned(slots)) return busy;
   if (ApiStatus busy = CheckKvFree(peer, kv_request_id)) return busy;
 
   // Recorded before the call: the peer side may deliver the result (e.g. a

@@ -100,6 +100,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   ApiStatus ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
                     JobRequest* job) const;
   ApiStatus CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::BlockIndex>* slots) const;
+  // conflict naming the first of `slots` with live pins of this engine.
+  ApiStatus CheckSlotsUnpinned(const std::vector<protocol::BlockIndex>& slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
   ApiStatus CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
   // Claims (peer, kv_request_id) for this engine; true when newly claimed.

@@ -12,6 +12,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -99,9 +100,13 @@ int ListenUnix(const std::string& path) {
 
 // A daemon stand-in: accepts one connection, reads one request line, and
 // answers `reply` (nothing at all if `reply` is empty, closing instead).
+// With a `dribble` interval it writes the answer one byte per interval, as a
+// hostile or wedged daemon might, and stops once the client has gone.
 class FakeDaemon {
  public:
-  FakeDaemon(const std::string& path, std::string reply) : fd_(ListenUnix(path)), reply_(std::move(reply)) {
+  FakeDaemon(const std::string& path, std::string reply,
+             std::chrono::milliseconds dribble = std::chrono::milliseconds(0))
+      : fd_(ListenUnix(path)), reply_(std::move(reply)), dribble_(dribble) {
     thread_ = std::thread([this] { Serve(); });
   }
   ~FakeDaemon() {
@@ -123,15 +128,24 @@ class FakeDaemon {
     if (client < 0) return;
     char c;
     while (::read(client, &c, 1) == 1 && c != '\n') request_.push_back(c);
-    if (!reply_.empty()) {
-      std::string line = reply_ + "\n";
-      (void)!::write(client, line.data(), line.size());
-    }
+    if (!reply_.empty()) Answer(client, reply_ + "\n");
     ::close(client);
+  }
+
+  void Answer(int client, const std::string& line) const {
+    if (dribble_.count() == 0) {
+      (void)!::send(client, line.data(), line.size(), MSG_NOSIGNAL);
+      return;
+    }
+    for (char c : line) {
+      std::this_thread::sleep_for(dribble_);
+      if (::send(client, &c, 1, MSG_NOSIGNAL) != 1) return;  // the client gave up (EPIPE)
+    }
   }
 
   int fd_;
   std::string reply_;
+  std::chrono::milliseconds dribble_;
   std::string request_;
   std::thread thread_;
 };
@@ -302,6 +316,95 @@ TEST_CASE("a daemon answering garbage: exit 2") {
   daemon.Request();
   CHECK(run.exit_code == 2);
   CHECK(Contains(run.err, "kvpeerd sent an answer that is not JSON"));
+}
+
+// Issue 11, finding 5: the timeout was SO_RCVTIMEO per recv, so a daemon
+// sending one byte a second kept `--timeout-s 3` waiting past 25 s.
+TEST_CASE("the timeout bounds the whole exchange: a daemon dribbling its answer is cut off") {
+  TempDir dir;
+  std::string socket = dir.path() + "/d.sock";
+  FakeDaemon daemon(socket, R"({"id":1,"ok":true})", std::chrono::seconds(1));
+  auto start = std::chrono::steady_clock::now();
+  Run run = RunCtl(dir, {"--socket", socket, "--timeout-s", "2", "status"});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(daemon.Request().at("op") == "status");
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 2);
+  CHECK(Contains(run.err, "kvpeerctl: kvpeerd did not answer within 2 s"));
+  CHECK(run.out.empty());
+  CHECK(elapsed >= std::chrono::milliseconds(1900));
+  CHECK(elapsed < std::chrono::seconds(4));
+}
+
+// Boost.JSON writes an infinite double as `Infinity`, which is not JSON;
+// a daemon answering 1e999 (parsed as infinity) made `--json` print it.
+TEST_CASE("json output is valid JSON: numbers beyond double range become null, nothing else changes") {
+  const char* reply = R"({"id":null,"ok":true,"node_id":"x","uptime_s":1e999,"peers":[{"peer_id":"p",)"
+                      R"("rtt_us":-1e999,"bytes_sent":1e300}],"counters":{"deep":[[{"n":1e999}],2]}})";
+  for (std::string command : {"status", "peers"}) {
+    TempDir dir;
+    std::string socket = dir.path() + "/d.sock";
+    FakeDaemon daemon(socket, reply);
+    Run run = RunCtl(dir, {"--socket", socket, "--json", command});
+    daemon.Request();
+    INFO(command << ": " << run.out << run.err);
+    CHECK(run.exit_code == 0);
+    boost::system::error_code error;
+    json::value printed = json::parse(run.out, error);
+    REQUIRE_FALSE(error);
+    json::value peers = command == "peers" ? printed : printed.at("peers");
+    CHECK(peers.at(0).at("rtt_us").is_null());
+    CHECK(peers.at(0).at("bytes_sent") == 1e300);
+    CHECK(peers.at(0).at("peer_id") == "p");
+    if (command == "status") {
+      CHECK(printed.at("uptime_s").is_null());
+      CHECK(printed.at("counters").at("deep").at(0).at(0).at("n").is_null());
+      CHECK(printed.at("counters").at("deep").at(1) == 2);
+      CHECK(printed.at("node_id") == "x");
+      CHECK(printed.at("id").is_null());
+    }
+  }
+}
+
+TEST_CASE("json output of a daemon error prints valid JSON too") {
+  TempDir dir;
+  std::string socket = dir.path() + "/d.sock";
+  FakeDaemon daemon(socket, R"({"id":1,"ok":false,"retry_after":1e999,"error":{"code":"conflict","message":"m"}})");
+  Run run = RunCtl(dir, {"--socket", socket, "--json", "status"});
+  daemon.Request();
+  CHECK(run.exit_code == 1);
+  boost::system::error_code error;
+  json::value printed = json::parse(run.out, error);
+  REQUIRE_FALSE(error);
+  CHECK(printed.at("retry_after").is_null());
+}
+
+// AsCount cast any non-negative double to uint64: undefined for 1e300, and
+// in a plain build "uptime 0s" and "0 B" were printed for it. (GCC's
+// -fsanitize=undefined does not include float-cast-overflow, so the output
+// checks are what catch it.)
+TEST_CASE("status shows numbers out of uint64 range as their JSON text, without undefined behaviour") {
+  const char* reply =
+      R"({"id":1,"ok":true,"node_id":"x","uptime_s":1e300,"peers":[{"peer_id":"p","state":"ready",)"
+      R"("since":"-","rtt_us":-1e300,"bytes_sent":1e300,"bytes_received":1.8446744073709552e19,)"
+      R"("loads_in_flight":1e300,"rounds_serving":-1,"last_error":null}],)"
+      R"("engines":[{"client":"e","pid":-1e300,"num_blocks":1e300,"published":1e19,"loads_in_flight":-0.5}],)"
+      R"("counters":{"huge":1e300,"negative":-1e300,"inf":1e999,"fits":1024.0}})";
+  TempDir dir;
+  std::string socket = dir.path() + "/d.sock";
+  FakeDaemon daemon(socket, reply);
+  Run run = RunCtl(dir, {"--socket", socket, "status"});
+  daemon.Request();
+  INFO(run.out << run.err);
+  CHECK(run.exit_code == 0);
+  CHECK(run.err.empty());
+  CHECK(Contains(run.out, "uptime   1E300\n"));
+  // RTT_US, then SENT (1e300 is no byte count) and RECEIVED (2^64 itself is out of range).
+  CHECK(Contains(run.out, "-1E300  1E300  1.8446744073709552E19"));
+  CHECK(Contains(run.out, "-1E300  1E300   1E19"));  // engine pid, num_blocks, published
+  CHECK(Contains(run.out, "huge      1E300\n"));
+  CHECK(Contains(run.out, "inf       -\n"));  // 1e999 parsed as infinity: null since the json fix
+  CHECK_FALSE(Contains(run.out, "Infinity"));
 }
 
 TEST_CASE("usage errors exit 2 without touching the socket") {

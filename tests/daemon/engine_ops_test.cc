@@ -259,6 +259,66 @@ TEST_CASE("load: conflicts and range errors are refused before the peer side see
   CHECK(client.Call({{"op", "status"}}).at("engines").at(0).at("loads_in_flight") == 2);
 }
 
+// Issue 11, finding 5: a load into a slot that a peer's round had pinned was
+// accepted, so the peer was then served the new bytes under the old key.
+// The pin is taken the way the server role takes it for a peer's lookup hit
+// (NodeBlockIndex::PinIfPublished on the real index).
+TEST_CASE("load into a slot pinned by a peer's round is conflict until the released event") {
+  Daemon daemon;
+  Engine engine(daemon);
+  Client& client = engine.client;
+  REQUIRE(client.Call(Publish(HexKeys({"aa"}), {3})).at("ok") == true);
+  session::PinRef round = daemon.index().PinIfPublished(std::string("\xaa", 1));  // a peer looked "aa" up
+  REQUIRE(round != nullptr);
+
+  json::object refused = client.Call(Load(1, HexKeys({"bb", "cc"}), {2, 3}));
+  CHECK(ErrorCodeOf(refused) == "conflict");
+  CHECK_THAT(MessageOf(refused), Catch::Contains("block id 3 is pinned") && Catch::Contains("released"));
+  CHECK(daemon.peers().loads.empty());
+  // The docs' order: range and duplicate slots are reported before the pin.
+  CHECK(ErrorCodeOf(client.Call(Load(1, HexKeys({"bb", "cc"}), {3, kNumBlocks}))) == "out_of_range");
+  CHECK(ErrorCodeOf(client.Call(Load(1, HexKeys({"bb", "cc"}), {3, 3}))) == "bad_request");
+
+  // Unpublishing does not free a pinned slot either: it is answered pinned.
+  CHECK(client.Call({{"op", "unpublish"}, {"keys", HexKeys({"aa"})}}).at("pinned") == json::array{3});
+  CHECK(ErrorCodeOf(client.Call(Load(1, HexKeys({"bb"}), {3}))) == "conflict");
+
+  round.reset();  // the round ends: fetched, finished or retired at --round-timeout-s
+  CHECK(client.Call(Poll()).at("released") == json::array{3});
+  CHECK(client.Call(Load(1, HexKeys({"bb", "cc"}), {2, 3})).at("ok") == true);
+  REQUIRE(daemon.peers().loads.size() == 1);
+  CHECK(daemon.peers().loads[0].block_ids == std::vector<protocol::BlockIndex>{2, 3});
+}
+
+TEST_CASE("load into a slot of a store job without its result is conflict") {
+  Daemon daemon;
+  Engine engine(daemon);
+  Client& client = engine.client;
+  REQUIRE(client.Call(Store(1, HexKeys({"aa"}), {4})).at("ok") == true);
+  json::object refused = client.Call(Load(2, HexKeys({"bb"}), {4}));
+  CHECK(ErrorCodeOf(refused) == "conflict");
+  CHECK_THAT(MessageOf(refused), Catch::Contains("block id 4 is pinned") && Catch::Contains("store"));
+  CHECK(daemon.peers().loads.empty());
+
+  FakePeers::StoreCall& store = daemon.peers().stores.at(0);
+  daemon.registry().OnStoreResult({store.job, "req-s", true, ""});
+  store.pins.clear();  // the last frame reading slot 4 is written
+  REQUIRE(client.Call(Poll()).at("results").at(0).at("job_id") == 1);
+  CHECK(client.Call(Load(2, HexKeys({"bb"}), {4})).at("ok") == true);
+}
+
+TEST_CASE("load into unpinned slots is accepted, published or not, whatever other engines pin") {
+  Daemon daemon;
+  Engine engine(daemon);
+  Engine other(daemon, "engine-2");
+  REQUIRE(engine.client.Call(Publish(HexKeys({"aa"}), {5})).at("ok") == true);
+  REQUIRE(other.client.Call(Publish(HexKeys({"bb"}), {6})).at("ok") == true);
+  session::PinRef round = daemon.index().PinIfPublished(std::string("\xbb", 1));  // the other engine's slot 6
+  REQUIRE(round != nullptr);
+  CHECK(engine.client.Call(Load(1, HexKeys({"cc", "dd", "ee"}), {4, 5, 6})).at("ok") == true);
+  CHECK(ErrorCodeOf(other.client.Call(Load(1, HexKeys({"cc"}), {6}, "req-2"))) == "conflict");
+}
+
 TEST_CASE("load results are polled once; the job id and the slots are free again after") {
   Daemon daemon;
   Engine engine(daemon);

@@ -7,6 +7,8 @@ docs/control-api.md sections 1, 2 and 4):
   * running the daemon out of file descriptors (EMFILE) on the control socket;
   * two engines publishing one key, and one engine's store / finish of a
     kv_request_id another engine supplies;
+  * a load into a slot that a peer's lookup round pins (conflict until the
+    round ends, then the same load lands);
   * register_region of a symlink, a FIFO, another user's file and a sparse
     128 TiB file;
   * control characters in a client name, a peer id and a disconnect reason.
@@ -193,6 +195,36 @@ class EngineIsolationTest(DaemonTestCase):
         self.assertEqual(c.verify(keys, [0, 1, 2, 3]), [])
         c.client.finish("pd-req")
         e1.client.finish("pd-req")
+
+    def test_load_into_a_slot_a_peer_round_pins_is_conflict_until_the_round_ends(self):
+        # Issue 11, finding 5: the load was accepted, so B could then fetch
+        # "stale" from A and be served the loaded bytes under that key.
+        a = self.start_daemon("a", BLOCK_LEN)
+        b = self.start_daemon("b", BLOCK_LEN)
+        victim = self.engine(a, 4, BLOCK_LEN, name="victim")
+        stale = make_keys("stale", 1)
+        victim.fill_and_publish(stale, [1])
+        prober = self.engine(b, 4, BLOCK_LEN, name="prober")
+        self.assertEqual(prober.probe(a.listen, "probe-only", stale), ["hit"])  # A's round pins slot 1
+        self.assertEqual([p["rounds_open"] for p in a.status()["peers"]], [1])
+        source = self.engine(b, 4, BLOCK_LEN, name="source")
+        fresh = make_keys("fresh", 1)
+        source.fill_and_publish(fresh, [0])
+        self.assertEqual(victim.probe(b.listen, "refill", fresh), ["hit"])
+
+        with self.assertRaises(KvpeerError) as refused:
+            victim.client.load(victim.new_job_id(), b.listen, "refill", fresh, [1])
+        self.assertEqual(refused.exception.code, "conflict")
+        self.assertIn("block id 1 is pinned", refused.exception.message)
+        self.assertEqual(victim.verify(stale, [1]), [], "the pinned slot still holds what the peer looked up")
+
+        prober.client.finish("probe-only")  # the round ends on A and unpins slot 1
+        self.wait_until(lambda: [p["rounds_open"] for p in a.status()["peers"]] == [0], what="A's round ended")
+        job = victim.load(b.listen, "refill", fresh, [1])
+        result = victim.wait_jobs([job], timeout=30)[job]
+        self.assertTrue(result["success"], dump(result))
+        self.assertEqual(victim.verify(fresh, [1]), [])
+        victim.client.finish("refill")
 
 
 class RegionRulesTest(DaemonTestCase):
