@@ -4,7 +4,8 @@
 // headers and payloads are exercised along with the parser); the rest is a
 // stream of frames. Properties checked, each a __builtin_trap() on failure:
 //   * a decoded message re-encodes (EncodeHeader) to a header that decodes
-//     (DecodeHeader) to an equal message;
+//     (DecodeHeader) to an equal message (a malformed block_data.xxh3, which
+//     is not encoded, to one without it);
 //   * a buffered or scattered payload holds exactly the stream's payload bytes;
 //   * the decoder only ever fails with a protocol violation (an internal
 //     error would mean the decoder or this driver broke an invariant).
@@ -69,13 +70,25 @@ void ChoosePayloadSink(Driver& d) {
   d.decoder.ReceivePayloadInto({all.first(half), all.subspan(half)});
 }
 
+// What encoding `message` and decoding it again must give: the message
+// itself, except that a malformed block_data.xxh3 (recorded so the session
+// can refuse it while the feature is on, wire 1.1 section 7) is not encoded
+// and so comes back absent.
+Message RoundTripped(const Message& message) {
+  Message expected = message;
+  if (auto* data = std::get_if<kvpeer::protocol::BlockData>(&expected); data != nullptr && !data->xxh3.valid()) {
+    data->xxh3 = {};
+  }
+  return expected;
+}
+
 void CheckFrame(Driver& d) {
   const Message& message = d.decoder.message();
   Message again;
   const DecodeContext context{kBlockLen};
   const Status status = kvpeer::protocol::DecodeHeader(kvpeer::protocol::EncodeHeader(message),
                                                        d.decoder.payload_len(), context, &again);
-  Check(status.ok() && again == message);
+  Check(status.ok() && again == RoundTripped(message));
 
   // Feed stops right after a frame's last byte, so the payload is the tail
   // of what was consumed.

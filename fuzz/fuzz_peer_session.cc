@@ -4,9 +4,10 @@
 // a setup byte (dialled or accepted, PSK or not, how the handshake goes,
 // frame size, liveness timeout, round limit) followed by a stream of operations, each an
 // opcode byte and its argument bytes:
-//   * inbound frames: lookup, lookup_resp, fetch, block_data headers and
-//     their payloads (written piecewise into the plan's targets, then
-//     completed), transfer_done, abort_fetch, abort_ack, ping, pong,
+//   * inbound frames: lookup, lookup_resp, fetch, block_data headers (with
+//     an xxh3 array, valid, mismatching or malformed, once a connect turned
+//     the feature on) and their payloads (written piecewise into the plan's
+//     targets, then completed), transfer_done, abort_fetch, abort_ack, ping, pong,
 //     disconnect, unknown types, connect and connect_ack (valid or with one
 //     field wrong), and raw header JSON from the input. Every inbound message
 //     passes EncodeHeader + DecodeHeader first, so the session sees exactly
@@ -65,7 +66,9 @@
 #include <variant>
 #include <vector>
 
+#include "protocol/block_checksum.h"
 #include "protocol/codec.h"
+#include "protocol/features.h"
 #include "protocol/limits.h"
 #include "protocol/messages.h"
 #include "session/peer_session.h"
@@ -289,6 +292,8 @@ class Harness {
   void Inbound(const protocol::LookupResp& m);
   void Inbound(const protocol::Fetch& m);
   void Inbound(const protocol::BlockData& m);
+  bool ChecksumsOn() const;
+  protocol::BlockChecksums PickChecksums(size_t blocks);
   void Inbound(const protocol::TransferDone& m);
   void Inbound(const protocol::AbortFetch& m);
   void Inbound(const protocol::AbortAck& m);
@@ -381,6 +386,8 @@ void Harness::Setup() {
   config.server.max_rounds = max_rounds_;
   auto counter = std::make_shared<uint64_t>(1);
   config.random_token = [counter] { return Token((*counter)++); };
+  // Offered always; on once a connect of the peer lists it too (variant 9).
+  config.features = protocol::SupportedFeatures();
   session_ = std::make_unique<PeerSession>(
       std::move(config), [this] { return now_; }, [this](session::OutFrame f) { OnSent(std::move(f)); }, index_,
       dialled_ ? std::string(kPeerId) : std::string());
@@ -415,7 +422,7 @@ protocol::Connect Harness::PeerConnect(uint8_t variant) const {
   c.config_fingerprint = std::string(kFingerprint);
   c.hash_seed = std::string(kHashSeed);
   c.nonce = std::string(kPeerNonce);
-  switch (variant % 9) {
+  switch (variant % 10) {
     case 1: c.block_len = kBlockLen * 2; break;
     case 2: c.config_fingerprint = "other"; break;
     case 3: c.hash_seed = "other"; break;
@@ -424,6 +431,7 @@ protocol::Connect Harness::PeerConnect(uint8_t variant) const {
     case 6: c.wire_minor = 7; break;       // compatible
     case 7: c.wire_major = 2; break;
     case 8: c.config_fingerprint = std::string(300, 'x'); break;
+    case 9: c.features = {std::string(protocol::kFeatureXxh3), "unknown-feature"}; break;  // valid: checksums on
     default: break;
   }
   return c;
@@ -672,6 +680,33 @@ void Harness::WritePayload() {
   }
 }
 
+bool Harness::ChecksumsOn() const {
+  const std::vector<std::string>& on = session_->features_on();
+  return std::find(on.begin(), on.end(), protocol::kFeatureXxh3) != on.end();
+}
+
+// block_data.xxh3 while the feature is on (wire 1.1 section 7): absent or
+// of the wrong length (violations), the checksum of a block that
+// WritePayload fills in one piece (byte 0x01: those loads can succeed), or
+// values from the input (mismatches: the load fails, the session goes on).
+protocol::BlockChecksums Harness::PickChecksums(size_t blocks) {
+  const uint8_t mode = in_.Byte();
+  std::vector<uint64_t> values;
+  switch (mode % 4) {
+    case 0: return {};
+    case 1: values.resize(blocks + 1 + (mode >> 7)); break;
+    case 2: {
+      const std::vector<uint8_t> filled(kBlockLen, 0x01);
+      values.assign(blocks, protocol::BlockChecksum(std::as_bytes(std::span(filled))));
+      break;
+    }
+    default:
+      for (size_t i = 0; i < blocks; ++i) values.push_back(uint64_t{in_.Byte()} << 56 | in_.Byte());
+      break;
+  }
+  return protocol::BlockChecksums::Of(std::move(values));
+}
+
 // ---- outbound frames ---------------------------------------------------------
 
 void Harness::OnSent(session::OutFrame frame) {
@@ -915,6 +950,7 @@ void Harness::Step(uint8_t op) {
           m.block_indexes.push_back(b & 15);
         }
       }
+      if (ChecksumsOn()) m.xxh3 = PickChecksums(m.block_indexes.size());
       Deliver(m);
       break;
     }
