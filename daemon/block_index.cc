@@ -1,6 +1,6 @@
 #include "daemon/block_index.h"
 
-#include "protocol/block_checksum.h"
+#include "daemon/guarded_read.h"
 
 #include <utility>
 #include <vector>
@@ -89,7 +89,7 @@ class SlotPin : public session::PinnedBlock {
   std::optional<uint64_t> Checksum() const override {
     if (sealed_) return sealed_;
     if (!Readable()) return std::nullopt;
-    return protocol::BlockChecksum(std::as_bytes(bytes()));
+    return GuardedChecksum(bytes());
   }
 
  private:
@@ -110,8 +110,8 @@ class RegionSink : public session::SlotSink {
   }
   bool Writable() const override { return region_->StillBacked(); }
   std::optional<uint64_t> LandedChecksum(SlotId index) override {
-    if (!Writable()) return std::nullopt;  // hashing a truncated mapping would fault
-    return protocol::BlockChecksum(std::as_bytes(Slot(index)));
+    if (!Writable()) return std::nullopt;
+    return GuardedChecksum(Slot(index));
   }
 
  private:
@@ -231,7 +231,7 @@ session::PinRef NodeBlockIndex::Pin(EngineId engine, SlotId slot, std::shared_pt
 std::optional<uint64_t> NodeBlockIndex::SealOf(EngineId engine, SlotId slot) const {
   const ShmRegion& region = *engines_.at(engine)->region;
   if (!region.StillBacked()) return std::nullopt;
-  return protocol::BlockChecksum(std::as_bytes(region.Block(slot)));
+  return GuardedChecksum(region.Block(slot));
 }
 
 size_t NodeBlockIndex::published(EngineId engine) const {

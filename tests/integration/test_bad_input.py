@@ -23,6 +23,7 @@ import os
 import random
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -913,6 +914,68 @@ class ControlInputTest(BadInputBase):
         with self.v.client() as c:
             pins = [line for line in c.metrics().splitlines() if line.startswith("kvpeer_pins ")]
         self.assertEqual(pins, ["kvpeer_pins 0"])
+
+    def test_region_flipped_while_hashed(self):
+        """Checksums (on by default) make the daemons read engine memory in
+        user space: the producer hashes a source block before sending it and
+        on a sealed publish, the consumer hashes each block after it lands.
+        Engines here flip their region files between 0 bytes and full size
+        as fast as they can while that happens, on both sides. Every read of
+        a vanished page must be caught (daemon/guarded_read.h): no daemon
+        dies of SIGBUS, every load ends with exactly one result and a
+        reason, and the two nodes transfer verified bytes afterwards. (The
+        session itself may be replaced: a source page vanishing while the
+        kernel sends it fails the write, which closes the connection;
+        docs/architecture.md, "Truncated regions".)"""
+        flipper = self.engine(self.v, 16, BLOCK_LEN, name="flip-source", region="shm")
+        keys = make_keys("flip", 16)
+        flipper.fill_and_publish(keys, range(16), seal=True)
+        sink = self.engine(self.h, 16, BLOCK_LEN, name="flip-sink", region="shm")
+        stop = threading.Event()
+
+        def flip(region):
+            while not stop.is_set():
+                os.ftruncate(region.fd, 0)
+                os.ftruncate(region.fd, 16 * BLOCK_LEN)
+
+        threads = [threading.Thread(target=flip, args=(e.region,), daemon=True) for e in (flipper, sink)]
+        for t in threads:
+            t.start()
+        outcomes = {"succeeded": 0, "failed": 0}
+        reasons = set()
+        try:
+            deadline = time.monotonic() + 6.0
+            n = 0
+            while time.monotonic() < deadline and n < 400:
+                n += 1
+                for engine, peer_keys, kv in ((self.consumer, keys, f"from-flip-{n}"),
+                                              (sink, self.keys, f"into-flip-{n}")):
+                    if engine.probe(self.v.listen, kv, peer_keys[:4]) != ["hit"] * 4:
+                        engine.client.finish(kv)
+                        continue
+                    job = engine.load(self.v.listen, kv, peer_keys[:4], range(4, 8))
+                    res = engine.wait_jobs([job], timeout=15)[job]
+                    outcomes["succeeded" if res["success"] else "failed"] += 1
+                    if not res["success"]:
+                        self.assertTrue(res.get("reason"), dump(res))
+                        reasons.add(res["reason"].split(":")[0][:60])
+                    engine.client.finish(kv)
+                flipper.client.publish(keys, range(16), seal=True)  # sealing reads the flipping region too
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=5)
+        sys.stderr.write(f"\nflipped regions: {n} rounds, loads {outcomes}, reasons {sorted(reasons)}\n")
+        self.assertTrue(self.v.running, "kvpeerd died reading a flipping source region\n" + self.v.log_tail(40))
+        self.assertTrue(self.h.running, "kvpeerd died hashing into a flipping destination region")
+        self.assertGreater(sum(outcomes.values()), 0, "no load ran: nothing was tested")
+        def transferred():
+            try:
+                self.real_transfer()  # every key, bytes verified
+                return True
+            except AssertionError:  # the first try may meet a session being replaced
+                return False
+        self.wait_until(transferred, 20, "a verified transfer after the flipping", interval=0.5)
 
     def test_block_ids_out_of_range(self):
         before = snapshot(settled_status(self.v))

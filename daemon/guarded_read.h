@@ -1,0 +1,34 @@
+// Reading engine memory that may vanish.
+//
+// An engine owns its region file and may shrink it at any time; the pages
+// past the new end then raise SIGBUS when read through the daemon's mapping.
+// The kernel's own copies (send/recv from and into a slot) fail with EFAULT
+// instead, but hashing a block (wire-protocol.md 7.10) reads the slot in
+// user space. A StillBacked() check first narrows the window without
+// closing it, so every user-space read of a slot goes through here: SIGBUS
+// during the read ends the read, not the daemon, and the caller learns the
+// memory is gone (docs/security.md, "Control socket and engines").
+//
+// Thread-safety: a guard is per thread; the SIGBUS handler is installed once
+// per process. A SIGBUS outside a guarded read is left to the handler that
+// was there before (the process dies as it would have).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include <xxhash.h>
+
+namespace kvpeer::daemon {
+
+// XXH3-64 (seed 0) of `bytes` (protocol::BlockChecksum), or nullopt when
+// the memory was gone while it was read.
+std::optional<uint64_t> GuardedChecksum(std::span<const uint8_t> bytes);
+
+// Adds `bytes` to a running XXH3 state; false when the memory was gone
+// (the state is then unusable until reset).
+bool GuardedChecksumUpdate(XXH3_state_t& state, std::span<const uint8_t> bytes);
+
+}  // namespace kvpeer::daemon
