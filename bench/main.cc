@@ -70,7 +70,7 @@ struct Sizes {
 
 Sizes FullSizes() {
   return Sizes{1024 * kMiB, 256 * kMiB, 64 * kMiB, 4, 20000, 2000, 20000, 4096 * kMiB,
-               {1, 4, 16},  {1, 64, 1024, 4096}, 200, 3, 200};
+               {1, 4, 16},  {1, 64, 1024, 4096}, 200, 5, 200};
 }
 
 Sizes SmokeSizes() {
