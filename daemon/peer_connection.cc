@@ -727,10 +727,10 @@ void PeerConnection::CloseSocketAndSession(const std::string& reason) {
   AfterSessionActivity();  // the PeerManager logs the close
 }
 
-void PeerConnection::Close(const std::string& reason, bool notify_peer) {
+void PeerConnection::Close(const std::string& reason, bool notify_peer, session::LoadFailure load_failure) {
   if (closed_) return;
   closed_by_owner_ = true;
-  session_->Close(reason, notify_peer);
+  session_->Close(reason, notify_peer, load_failure);
   AfterSessionActivity();
 }
 

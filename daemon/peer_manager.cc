@@ -616,9 +616,9 @@ void PeerManager::Shutdown(const std::string& reason) {
   reap_timer_.cancel();
   std::vector<std::shared_ptr<PeerConnection>> handshaking;
   for (const auto& [connection, source] : handshaking_) handshaking.push_back(connection);
-  for (auto& connection : handshaking) connection->Close(reason);
+  for (auto& connection : handshaking) connection->Close(reason, true, session::LoadFailure::kShutdown);
   for (auto& [peer, entry] : peers_) {
-    if (auto connection = entry.connection) connection->Close(reason);
+    if (auto connection = entry.connection) connection->Close(reason, true, session::LoadFailure::kShutdown);
   }
   for (const auto& failed : unbound_supply_.CancelAll(reason)) results_.OnStoreResult(failed);
 }

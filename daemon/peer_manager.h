@@ -64,7 +64,7 @@ struct PeerManagerConfig {
   size_t max_handshaking = 64;
   size_t max_handshaking_per_source = 8;
   // A peer entry with no connection and nothing waiting is removed this
-  // long after it became idle (docs/operations.md, "Peer entries").
+  // long after it became idle (docs/operations.md, "Every key": peer-reap-after-s).
   session::Duration reap_after = std::chrono::seconds(60);
   // ServerConfig::max_rounds of every session.
   size_t max_rounds_per_peer = 0;

@@ -64,16 +64,19 @@ size_t ClassifySessionClose(std::string_view reason, bool violation) {
   return labels.size() - 1;
 }
 
-size_t ClassifyLoadFailure(std::string_view reason) {
+size_t LoadFailureLabel(session::LoadFailure cause) {
   const auto& labels = kLoadFailureLabels;
-  // The reasons session/client_role.cc gives; anything else is the close
-  // reason of the session the load was on.
-  if (reason.starts_with("load timed out")) return IndexOf(labels, "timeout");
-  if (reason == "request finished") return IndexOf(labels, "request_finished");
-  if (reason == "peer reported failure") return IndexOf(labels, "peer_failed");
-  if (reason.starts_with("transfer_done before all blocks arrived")) return IndexOf(labels, "incomplete");
-  if (reason.starts_with("checksum mismatch")) return IndexOf(labels, "checksum");
-  if (Has(reason, {"shutting down"})) return IndexOf(labels, "shutdown");
+  switch (cause) {
+    case session::LoadFailure::kTimeout: return IndexOf(labels, "timeout");
+    case session::LoadFailure::kRequestFinished: return IndexOf(labels, "request_finished");
+    case session::LoadFailure::kPeerFailed: return IndexOf(labels, "peer_failed");
+    case session::LoadFailure::kIncomplete: return IndexOf(labels, "incomplete");
+    case session::LoadFailure::kChecksum: return IndexOf(labels, "checksum");
+    case session::LoadFailure::kShutdown: return IndexOf(labels, "shutdown");
+    case session::LoadFailure::kNone:
+    case session::LoadFailure::kSlotsUnmapped:
+    case session::LoadFailure::kSessionClosed: break;
+  }
   return IndexOf(labels, "session_closed");
 }
 

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "session/session_types.h"
+
 namespace kvpeer::daemon {
 
 // A session that ended before its handshake completed (and was not closed
@@ -35,11 +37,12 @@ inline constexpr std::array<std::string_view, 9> kSessionCloseLabels = {
     "shutdown",          "duplicate",       "peer_restarted", "other"};
 size_t ClassifySessionClose(std::string_view close_reason, bool violation);
 
-// A load's failure reason (session::JobResult::reason). Reasons the client
-// role does not produce itself are the session's close reason.
+// A failed load's label, from its cause (session::JobResult::load_failure),
+// never from its reason text. A destination region that shrank is counted
+// with the session closes, as it was before causes were values.
 inline constexpr std::array<std::string_view, 7> kLoadFailureLabels = {
     "timeout", "request_finished", "peer_failed", "incomplete", "checksum", "shutdown", "session_closed"};
-size_t ClassifyLoadFailure(std::string_view reason);
+size_t LoadFailureLabel(session::LoadFailure cause);
 
 // A store's failure reason.
 inline constexpr std::array<std::string_view, 6> kStoreFailureLabels = {

@@ -17,6 +17,7 @@ namespace kvpeer::session {
 namespace {
 
 using client_detail::Load;
+using client_detail::LoadFailureReport;
 using client_detail::Phase;
 using client_detail::Probe;
 using client_detail::RequestState;
@@ -64,7 +65,7 @@ struct ClientRole::Impl {
 
   // The session-wide round counter: every new round takes the next value,
   // so a token is never reused on the connection, not even after a request
-  // was pruned and its id came back (E56, hardened 10.3). A uint64 counter
+  // was pruned and its id came back (docs/edge-cases.md, E56). A uint64 counter
   // cannot wrap in practice (2^64 rounds at one per nanosecond is 584 years).
   RoundSeq next_round = 0;
   std::unordered_map<std::string, RequestState> requests;
@@ -111,9 +112,14 @@ struct ClientRole::Impl {
 
   void Send(protocol::Message message) { send(OutFrame{std::move(message), {}}); }
 
-  void Emit(Load& load, bool success, std::string reason) {
+  void EmitSuccess(Load& load) {
     jobs_owing.erase(load.job_id);
-    results.push_back(JobResult{load.job_id, load.kv_request_id, success, std::move(reason)});
+    results.push_back(JobResult{load.job_id, load.kv_request_id, true, {}});
+  }
+  void EmitFailure(Load& load, LoadFailureReport failure) {
+    jobs_owing.erase(load.job_id);
+    results.push_back(
+        JobResult{load.job_id, load.kv_request_id, false, std::move(failure.reason), failure.cause});
   }
 
   // Ends the open round of a request: its probes go with it.
@@ -129,12 +135,12 @@ struct ClientRole::Impl {
                    const std::vector<protocol::BlockIndex>& indexes, const SlotSinkRef& sink) const;
   Status CheckConfirmedHits(const std::string& kv, const std::vector<Key>& keys) const;
   size_t SendLookups(const std::string& kv, RequestState& st);
-  void EndLoadLocally(RoundSeq round, Load& load, std::string reason, TimePoint now);
+  void EndLoadLocally(RoundSeq round, Load& load, LoadFailureReport failure, TimePoint now);
   void FireDeadline(RoundSeq round, TimePoint now);
   void Retire(RoundSeq round);
   void AfterFrame(RoundSeq round, Load& load);
   bool OwesEngine(const RequestState& st) const;
-  std::optional<std::string> CheckLanded(const protocol::BlockData& message, Load& load);
+  std::optional<LoadFailureReport> CheckLanded(const protocol::BlockData& message, Load& load);
 };
 
 Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
@@ -155,7 +161,7 @@ Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const st
   // A load is one fetch, and one fetch closes one round (a second fetch of
   // a round is a violation), so a fetch that would not fit one frame is
   // refused here rather than sent and answered by the peer closing the
-  // shared connection (docs/wire-protocol.md, "Splitting").
+  // shared connection (docs/wire-protocol.md, "7.9b Splitting (1.1)").
   size_t header_bytes = 0;
   for (const Key& key : keys) header_bytes += frame_budget::KeyBytes(key) + frame_budget::kBlockIndexBytes;
   if (header_bytes > frame_budget::kKeysBudget) {
@@ -195,7 +201,7 @@ size_t ClientRole::Impl::SendLookups(const std::string& kv, RequestState& st) {
   size_t sent = 0;
   // One lookup normally; more when the keys exceed one message's list limit
   // or header budget (wire spec section 6). Every part carries the open
-  // round: lookups of one round may be several (reference 5.3), each is
+  // round: lookups of one round may be several (docs/wire-protocol.md, "7.1 Rounds"), each is
   // answered on its own, and answers match by (round, key), so a probe
   // split in parts still gets exactly one answer a key.
   size_t begin = 0;
@@ -222,14 +228,14 @@ size_t ClientRole::Impl::SendLookups(const std::string& kv, RequestState& st) {
 // Finish and the load timeout end a load on our side: the peer is told to
 // stop, and the load fails now because this role controls every write into
 // its slots (late frames of the round are discarded until abort_ack).
-void ClientRole::Impl::EndLoadLocally(RoundSeq round, Load& load, std::string reason, TimePoint now) {
+void ClientRole::Impl::EndLoadLocally(RoundSeq round, Load& load, LoadFailureReport failure, TimePoint now) {
   Send(protocol::AbortFetch{load.kv_request_id, round});
   load.phase = Phase::kAborting;
   Schedule(round, load, now + config.abort_ack_timeout);
   if (load.slots.frame_open()) {
-    load.deferred_failure = std::move(reason);
+    load.deferred_failure = std::move(failure);
   } else {
-    Emit(load, false, std::move(reason));
+    EmitFailure(load, std::move(failure));
   }
 }
 
@@ -237,7 +243,8 @@ void ClientRole::Impl::FireDeadline(RoundSeq round, TimePoint now) {
   Load& load = loads.at(round);
   load.deadline.reset();
   if (load.phase == Phase::kInFlight) {
-    EndLoadLocally(round, load, "load timed out after " + FormatDuration(config.load_timeout), now);
+    EndLoadLocally(round, load, {LoadFailure::kTimeout, "load timed out after " + FormatDuration(config.load_timeout)},
+                   now);
   } else if (load.slots.frame_open()) {
     load.retire_after_frame = true;
   } else {
@@ -352,7 +359,9 @@ void ClientRole::Finish(const std::string& kv_request_id) {
   const TimePoint now = impl_->clock();
   for (RoundSeq round : st.loads) {
     Load& load = impl_->loads.at(round);
-    if (load.phase == Phase::kInFlight) impl_->EndLoadLocally(round, load, "request finished", now);
+    if (load.phase == Phase::kInFlight) {
+      impl_->EndLoadLocally(round, load, {LoadFailure::kRequestFinished, "request finished"}, now);
+    }
   }
   // The peer holds lookup state of the open round that no fetch will close:
   // the terminal empty fetch releases it (E8; never owed for probes that
@@ -388,13 +397,13 @@ Status ClientRole::OnTransferDone(const protocol::TransferDone& message) {
   if (load == nullptr || load->phase == Phase::kAborting) return Status::Ok();
   if (load->slots.frame_open()) return Status::Internal("transfer_done while a block_data payload is being received");
   if (!message.success) {
-    impl_->Emit(*load, false, "peer reported failure");
+    impl_->EmitFailure(*load, {LoadFailure::kPeerFailed, "peer reported failure"});
   } else if (!load->slots.complete()) {
-    impl_->Emit(*load, false,
-                "transfer_done before all blocks arrived: " + std::to_string(load->slots.received()) + " of " +
-                    std::to_string(load->slots.size()));
+    impl_->EmitFailure(*load, {LoadFailure::kIncomplete, "transfer_done before all blocks arrived: " +
+                                                             std::to_string(load->slots.received()) + " of " +
+                                                             std::to_string(load->slots.size())});
   } else {
-    impl_->Emit(*load, true, "");
+    impl_->EmitSuccess(*load);
   }
   impl_->Retire(message.round_seq);
   return Status::Ok();
@@ -439,7 +448,7 @@ Status ClientRole::OnBlockDataHeader(const protocol::BlockData& message, BlockDa
   if (!load->slots.writable()) {
     // The engine truncated its region: the load fails and this frame is
     // dropped; the connection and its other loads carry on.
-    impl_->EndLoadLocally(message.round_seq, *load, kSlotsUnmapped, impl_->clock());
+    impl_->EndLoadLocally(message.round_seq, *load, {LoadFailure::kSlotsUnmapped, kSlotsUnmapped}, impl_->clock());
     plan->discard = true;
     return Status::Ok();
   }
@@ -452,7 +461,7 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
   Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
   if (load == nullptr || !load->slots.frame_open()) return;  // a discarded or abandoned frame
   impl_->open_frame_round.reset();
-  std::optional<std::string> failure = impl_->CheckLanded(message, *load);
+  std::optional<LoadFailureReport> failure = impl_->CheckLanded(message, *load);
   if (failure) {
     // The slots hold the bytes now, so the failure is reported at once.
     load->slots.DropFrame();
@@ -465,18 +474,20 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
 
 // Why the landed frame must not count (a block whose bytes do not match what
 // the producer hashed, or slots whose memory is gone), or nullopt.
-std::optional<std::string> ClientRole::Impl::CheckLanded(const protocol::BlockData& message, Load& load) {
+std::optional<LoadFailureReport> ClientRole::Impl::CheckLanded(const protocol::BlockData& message, Load& load) {
   if (!checksums) return std::nullopt;
   for (size_t i = 0; i < message.block_indexes.size(); ++i) {
     const protocol::BlockIndex index = message.block_indexes[i];
     const std::optional<uint64_t> landed = load.slots.LandedChecksum(index);
-    if (!landed) return std::string(kSlotsUnmapped);
+    if (!landed) return LoadFailureReport{LoadFailure::kSlotsUnmapped, kSlotsUnmapped};
     const uint64_t expected = message.xxh3.values[i];
     if (*landed == expected) continue;
     const Key& key = load.keys[load.slots.PositionOf(index)];
     checksum_failures.push_back(ChecksumFailure{load.kv_request_id, key, index, expected, *landed});
-    return "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) + "): the peer sent xxh3 " +
-           protocol::ChecksumHex(expected) + ", the bytes that landed hash to " + protocol::ChecksumHex(*landed);
+    return LoadFailureReport{LoadFailure::kChecksum,
+                             "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) +
+                                 "): the peer sent xxh3 " + protocol::ChecksumHex(expected) +
+                                 ", the bytes that landed hash to " + protocol::ChecksumHex(*landed)};
   }
   return std::nullopt;
 }
@@ -495,7 +506,9 @@ void ClientRole::FailOpenFrame(const std::string& reason) {
   if (!impl_->open_frame_round) return;
   const RoundSeq round = *impl_->open_frame_round;
   Load& load = impl_->loads.at(round);
-  if (load.phase == Phase::kInFlight) impl_->EndLoadLocally(round, load, reason, impl_->clock());
+  if (load.phase == Phase::kInFlight) {
+    impl_->EndLoadLocally(round, load, {LoadFailure::kSlotsUnmapped, reason}, impl_->clock());
+  }
   AbandonOpenFrame();
 }
 
@@ -511,9 +524,9 @@ void ClientRole::AbandonOpenFrame() {
 // happens now.
 void ClientRole::Impl::AfterFrame(RoundSeq round, Load& load) {
   if (load.deferred_failure) {
-    std::string reason = std::move(*load.deferred_failure);
+    LoadFailureReport failure = std::move(*load.deferred_failure);
     load.deferred_failure.reset();
-    Emit(load, false, std::move(reason));
+    EmitFailure(load, std::move(failure));
   }
   if (load.retire_after_frame) Retire(round);
 }
@@ -535,14 +548,16 @@ std::optional<TimePoint> ClientRole::NextDeadline() const {
 
 std::vector<JobResult> ClientRole::TakeResults() { return std::exchange(impl_->results, {}); }
 
-ClientCloseResult ClientRole::Close(const std::string& reason) {
+ClientCloseResult ClientRole::Close(const std::string& reason, LoadFailure cause) {
   ClientCloseResult out;
   if (impl_->closed) return out;
   impl_->closed = true;
   // The daemon has closed the socket, so no payload lands after this: loads
   // with a deferred result can be reported now, like those in flight.
   for (const auto& [round, load] : impl_->loads) {
-    if (load.owes_result()) out.failed_loads.push_back(JobResult{load.job_id, load.kv_request_id, false, reason});
+    if (load.owes_result()) {
+      out.failed_loads.push_back(JobResult{load.job_id, load.kv_request_id, false, reason, cause});
+    }
   }
   for (const auto& [kv, st] : impl_->requests) {
     if (impl_->OwesEngine(st) || HoldsConfirmedHits(st)) out.failed_request_ids.push_back(kv);

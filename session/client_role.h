@@ -118,7 +118,8 @@ class ClientRole {
   void AbandonOpenFrame();
   // The open frame's payload could not be written into its slots (their
   // memory is gone): its load fails with `reason` (if it had not ended
-  // already) and the frame is abandoned; the I/O layer drops the rest.
+  // already; counted as kSlotsUnmapped) and the frame is abandoned; the I/O
+  // layer drops the rest.
   void FailOpenFrame(const std::string& reason);
 
   // Fires load and abort-ack timeouts.
@@ -129,8 +130,9 @@ class ClientRole {
   // Results produced since the last call, each exactly once.
   std::vector<JobResult> TakeResults();
 
-  // Ends everything: every load without a result fails with `reason`.
-  ClientCloseResult Close(const std::string& reason);
+  // Ends everything: every load without a result fails with `reason`,
+  // counted as `cause` (kSessionClosed, or kShutdown when the node stops).
+  ClientCloseResult Close(const std::string& reason, LoadFailure cause = LoadFailure::kSessionClosed);
 
   // A load whose round is not retired yet: in flight, or aborted and
   // awaiting abort_ack (its late frames are still expected).

@@ -57,7 +57,8 @@ struct SessionConfig {
   std::string hash_seed;
   std::string epoch;               // 32 lowercase hex digits, this daemon incarnation
   std::optional<std::string> psk;  // pre-shared key bytes, when authentication is on
-  // Features offered in our connect (wire spec section 7); none yet.
+  // Features offered in our connect (wire spec section 7; docs/wire-protocol.md,
+  // "7.10 Block checksums (1.1, spec section 7)").
   std::vector<std::string> features;
   // What the transport proves of the peer's identity (its TLS
   // certificate), checked against the peer_id of its connect; empty for
@@ -193,8 +194,10 @@ class PeerSession {
 
   // Ends the session: sends disconnect{reason} when `notify_peer`, then ends
   // every load and store job with a failure result (returned by the next
-  // TakeResults, together with the failed request ids). Idempotent.
-  void Close(const std::string& reason, bool notify_peer = true);
+  // TakeResults, together with the failed request ids); failed loads count
+  // as `load_failure` (kShutdown when the node stops). Idempotent.
+  void Close(const std::string& reason, bool notify_peer = true,
+             LoadFailure load_failure = LoadFailure::kSessionClosed);
 
   size_t LoadsInFlight() const;
   size_t RoundsServing() const;

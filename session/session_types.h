@@ -98,11 +98,27 @@ struct ChecksumFailure {
   uint64_t landed = 0;    // what the slot holds
 };
 
+// Why a load failed, as a value: metric labels, counters and branches come
+// from it, never from JobResult::reason, which is for people (rewording a
+// message must not move a metric).
+enum class LoadFailure : uint8_t {
+  kNone,             // not a failed load (a success, or a store's result)
+  kTimeout,          // the load timeout passed (wire-protocol.md 7.4)
+  kRequestFinished,  // its engine finished the request while it was in flight (7.5)
+  kPeerFailed,       // the producer answered transfer_done{success:false}
+  kIncomplete,       // transfer_done before every block arrived (7.3)
+  kChecksum,         // a block did not match its xxh3 (7.10)
+  kSlotsUnmapped,    // the destination region shrank under the load
+  kShutdown,         // this node is shutting down
+  kSessionClosed,    // the peer session ended; the reason says why
+};
+
 struct JobResult {
   JobId job_id = 0;
   std::string kv_request_id;
   bool success = false;
   std::string reason;  // empty on success; says why on failure
+  LoadFailure load_failure = LoadFailure::kNone;  // a failed load's cause
 };
 
 // What the server role did to bound a peer's rounds (wire-protocol.md

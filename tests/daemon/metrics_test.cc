@@ -251,15 +251,16 @@ TEST_CASE("close and failure reasons map to their fixed labels") {
   CHECK(close("peer restarted") == "peer_restarted");
   CHECK(close("?") == "other");
 
-  const auto load = [](const std::string& reason) {
-    return std::string(kLoadFailureLabels[ClassifyLoadFailure(reason)]);
-  };
-  CHECK(load("load timed out after 30 s") == "timeout");
-  CHECK(load("request finished") == "request_finished");
-  CHECK(load("peer reported failure") == "peer_failed");
-  CHECK(load("transfer_done before all blocks arrived: 1 of 2") == "incomplete");
-  CHECK(load("kvpeerd is shutting down") == "shutdown");
-  CHECK(load("peer disconnected: bye") == "session_closed");
+  // A load's label comes from its cause, whatever its reason says.
+  const auto load = [](session::LoadFailure cause) { return std::string(kLoadFailureLabels[LoadFailureLabel(cause)]); };
+  CHECK(load(session::LoadFailure::kTimeout) == "timeout");
+  CHECK(load(session::LoadFailure::kRequestFinished) == "request_finished");
+  CHECK(load(session::LoadFailure::kPeerFailed) == "peer_failed");
+  CHECK(load(session::LoadFailure::kIncomplete) == "incomplete");
+  CHECK(load(session::LoadFailure::kChecksum) == "checksum");
+  CHECK(load(session::LoadFailure::kShutdown) == "shutdown");
+  CHECK(load(session::LoadFailure::kSessionClosed) == "session_closed");
+  CHECK(load(session::LoadFailure::kSlotsUnmapped) == "session_closed");
 
   const auto store = [](const std::string& reason) {
     return std::string(kStoreFailureLabels[ClassifyStoreFailure(reason)]);
