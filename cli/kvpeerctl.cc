@@ -1,4 +1,5 @@
-// kvpeerctl: the operator CLI of kvpeerd (control-api.md sections 3 and 5).
+// kvpeerctl: the operator CLI of kvpeerd (docs/control-api.md, "4. Operator
+// operations" and "8. Command lines").
 //
 //   kvpeerctl [--socket PATH] [--json] [--timeout-s S] COMMAND [PEER]
 //

@@ -3,7 +3,8 @@
 // them can stall the daemon's event loop or flood its memory, and so that a
 // secret is refused when others may read or replace it.
 //
-// Rules (docs/security.md "File permissions"):
+// Rules (docs/security.md, "Pre-shared key (`--psk-file`)" and the "File
+// permissions" item of "TLS identity: a certificate speaks for one node"):
 //   * the path is opened read-only and non-blocking, so a FIFO or device
 //     there returns at once instead of waiting for a writer (a FIFO at the
 //     PSK path once froze `status` for 9.5 s on SIGHUP); the opened file

@@ -1,7 +1,8 @@
 // Printable: a string a peer or an engine supplied (peer ids, reasons,
 // client names, kv_request_ids, paths), made safe to write to a log line or
-// a terminal (docs/control-api.md section 4: "Strings a peer or an engine
-// supplied are shown with control characters escaped").
+// a terminal (the control API spec, section 4: "Strings a peer or an engine
+// supplied are shown with control characters escaped"; docs/security.md,
+// "Control socket and engines").
 //
 // Bytes 0x00..0x1f, 0x7f and 0x80..0xff become \xNN and a backslash becomes
 // \\, so the result is printable ASCII, cannot move the cursor, recolour a

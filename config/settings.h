@@ -1,4 +1,5 @@
-// kvpeerd settings: every flag of control-api.md section 5, from one table.
+// kvpeerd settings: every flag of the control API spec's section 5 and our
+// own (docs/control-api.md, "8. Command lines"), from one table.
 //
 // Options() is the single description of every option (name, value shape,
 // default, help, validation, effective value), in the manner of Redis's
@@ -58,7 +59,8 @@ struct Settings {
   std::string psk_file;           // empty = no peer authentication
   std::string psk;                // SECRET: the key read from psk_file; never logged or reported
   std::vector<Cidr> allow_cidrs;  // empty = any peer address
-  // Control socket access (control-api.md section 4): local users allowed
+  // Control socket access (docs/control-api.md, "5. Regions, access and
+  // descriptor passing"): local users allowed
   // besides the daemon's own uid (both empty = any user who can open the
   // socket file), and the socket file's group (unset = the daemon's).
   std::vector<uint32_t> allow_uids;
@@ -71,8 +73,8 @@ struct Settings {
   uint64_t max_rounds_per_peer = kDefaultMaxRoundsPerPeer;
   uint64_t max_pending_lookups = kDefaultMaxPendingLookups;
   uint64_t max_queued_bytes = kDefaultMaxQueuedBytes;
-  // Control socket and engine regions (control-api.md section 4); unset
-  // max_region_bytes = the machine's physical memory.
+  // Control socket and engine regions (docs/control-api.md, "6. Limits
+  // (ours)"); unset max_region_bytes = the machine's physical memory.
   uint64_t max_control_connections = kDefaultMaxControlConnections;
   std::optional<uint64_t> max_region_bytes;
   // TLS for peer connections (PEM files): all three or none; none = plain
@@ -83,14 +85,16 @@ struct Settings {
   std::chrono::seconds load_timeout{30};
   std::chrono::seconds abort_ack_timeout{10};
   std::chrono::seconds handshake_timeout{10};
-  // Server-role round bounds (wire-protocol.md section 6): a peer's
+  // Server-role round bounds (wire spec section 6; docs/wire-protocol.md,
+  // "7.9a Bounded rounds"): a peer's
   // lookup-only round is retired after round_timeout, a disaggregated fetch
   // still unsupplied after unbound_timeout fails, and the keys of one peer
   // connection's open rounds hold at most max_round_key_bytes.
   std::chrono::seconds round_timeout{30};
   std::chrono::seconds unbound_timeout{60};
   uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
-  // Wire features offered in connect (wire-protocol.md section 7); by
+  // Wire features offered in connect (wire spec section 7;
+  // docs/wire-protocol.md, "7.10 Block checksums"); by
   // default every supported one. Empty = none (a 1.0-compatible node).
   std::vector<std::string> features = protocol::SupportedFeatures();
   std::string log_level = "info";  // trace, debug, info, warn, error

@@ -1,6 +1,6 @@
 // AcceptBackoff: what an accept loop does when accept() fails
-// (docs/control-api.md section 4, "When the process runs out of file
-// descriptors").
+// (the control API spec, section 4: "When the process runs out of file
+// descriptors"; docs/security.md, "Control socket and engines").
 //
 // A failed accept on a listening socket that stays readable (EMFILE,
 // ENFILE, ENOBUFS, ENOMEM: the pending connection is still queued) would

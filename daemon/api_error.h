@@ -1,4 +1,4 @@
-// Errors of the control API (docs/control-api.md section 1), as values.
+// Errors of the control API (docs/control-api.md, "2. Errors"), as values.
 #pragma once
 
 #include <optional>

@@ -2,7 +2,7 @@
 // engine's region, and the pins that keep source blocks stable.
 //
 // A key may be held by several engines of the node, each at one of its own
-// slots (docs/control-api.md section 2, publish): a peer's lookup hits
+// slots (docs/control-api.md, "`publish` and `unpublish`"): a peer's lookup hits
 // while any engine holds it and any holder may serve it; each engine's
 // unpublish or exit withdraws only its own holding; an engine publishing a
 // key it already holds at another slot moves its own holding. No engine's

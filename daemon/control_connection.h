@@ -11,7 +11,7 @@
 // lines, the line being handled, the partial line; by allocated size). At the bound the reader
 // stops reading the socket until answers drain, so a client that pipelines
 // large lines without reading its answers holds at most that much
-// (docs/control-api.md section 4).
+// (docs/control-api.md, "6. Limits (ours)").
 //
 // A descriptor belongs to the line whose first byte arrived together with
 // it (the kernel never merges data of two sendmsg calls that carry

@@ -102,7 +102,7 @@ class EngineRegistry : public ResultSink {
   // REQUIRES: no other engine uses it. Returns true when newly claimed.
   bool ClaimKv(const std::string& peer, const std::string& kv_request_id, EngineId engine);
   void ReleaseKv(const std::string& peer, const std::string& kv_request_id);
-  // Store supply is its engine's (docs/control-api.md section 2, store):
+  // Store supply is its engine's (docs/control-api.md, "`store`"):
   // the engine that supplies `kv_request_id`, if any.
   std::optional<EngineId> SupplyOwner(const std::string& kv_request_id) const;
   // REQUIRES: no other engine supplies it.

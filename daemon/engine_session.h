@@ -1,5 +1,6 @@
 // EngineSession: one engine's state on the node and its control ops
-// (docs/control-api.md section 2), from `register_region` to `poll`.
+// (docs/control-api.md, "3. Engine session"), from `register_region` to
+// `poll`.
 //
 // A session exists from a successful `hello` until its control connection
 // closes. Every op validates the whole request first and only then acts, so

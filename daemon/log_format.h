@@ -2,7 +2,7 @@
 // characters escaped (config/printable.h), whoever logged it, so a peer id,
 // a reason, a client name, a kv_request_id or a path that a peer or an
 // engine supplied cannot forge log lines or drive a terminal
-// (docs/control-api.md section 4; docs/security.md "Control socket and
+// (the control API spec, section 4; docs/security.md "Control socket and
 // engines"). Escaping at the formatter covers every log call at once.
 #pragma once
 

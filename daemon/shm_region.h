@@ -33,8 +33,8 @@ struct RegionShape {
 class ShmRegion {
  public:
   // Opens `path` read-write without following a final symlink and without
-  // blocking (O_NOFOLLOW | O_NONBLOCK) and maps it (docs/control-api.md
-  // section 2, register_region). It must be a regular file and, when
+  // blocking (O_NOFOLLOW | O_NONBLOCK) and maps it (docs/control-api.md,
+  // "5. Regions, access and descriptor passing"). It must be a regular file and, when
   // `owner_uid` is set (always, from the control socket), belong to that
   // uid: the daemon may run with more rights than the engine and must not
   // expose files the engine could not read itself. bad_request when it is

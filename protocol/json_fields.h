@@ -1,6 +1,7 @@
 // Rule-checking readers for the fields of one decoded header object.
 //
-// Every rule of the wire spec's common field table (section 2) is written
+// Every rule of the wire spec's common field table (its section 2;
+// docs/wire-protocol.md, "3. Field rules") is written
 // once here; a message decoder in codec.cc is only a list of Read* calls that
 // name its fields and their rules. The reader keeps the first failure and
 // ignores later calls, so a decoder reads straight through without checking
@@ -84,7 +85,8 @@ class FieldReader {
 
   // Never fails the reader: records in *out whether `name` is absent, a valid
   // array of `expected_items` checksums (16 lowercase hex digits each), or
-  // malformed and why (block_data.xxh3; spec section 7).
+  // malformed and why (block_data.xxh3; spec section 7, docs/wire-protocol.md
+  // "7.10 Block checksums").
   void ReadOptionalChecksums(std::string_view name, size_t expected_items, BlockChecksums* out) const;
 
   // Fails `name` unless its `size` equals the size of the parallel array

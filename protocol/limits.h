@@ -1,5 +1,6 @@
-// Numeric limits of wire protocol 1.1 (docs/wire-protocol.md, section 2).
-// Every bound the decoder or the validators enforce is named here once.
+// Numeric limits of wire protocol 1.1 (docs/wire-protocol.md, "2. Framing"
+// and "3. Field rules"). Every bound the decoder or the validators enforce
+// is named here once. "section N" below is a section of the wire spec.
 #pragma once
 
 #include <cstddef>

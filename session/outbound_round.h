@@ -37,11 +37,13 @@ struct OutboundRound {
   // Supply came from this round's lookups. No store can supply such a round,
   // so a demanded key that was not pinned here can never arrive (E34).
   bool lookup_supplied = false;
-  // The round's fetch arrived; it is the only one the round accepts (S2).
+  // The round's fetch arrived; it is the only one the round accepts (a
+  // second is a violation: docs/edge-cases.md, "Fetches on the producer", E32).
   bool has_demand = false;
   // The producer finished the request: when nothing is queued any more, the
   // round ends (failed if demand is still unmatched) instead of waiting for
-  // supply that will never come (reference 6.11, E44-E46).
+  // supply that will never come (docs/edge-cases.md, "Stores and finish on
+  // the producer", E44-E46).
   bool finishing = false;
   // The round is on the ServerRole's ready list. Keeps that work-list free
   // of duplicates and lets the round be unlisted when it ends early.

@@ -1,4 +1,5 @@
-// The PSK proofs of wire-protocol.md 1.1 section 5. Each end of a
+// The PSK proofs of the wire spec 1.1, section 5 (docs/wire-protocol.md,
+// "6. Authentication and authorisation"). Each end of a
 // connection proves that it holds the pre-shared key by MACing both nonces
 // and both node ids of this connection, tagged with its role:
 //

@@ -18,7 +18,7 @@
 // its own, so a slot is unpinned only when no round and no unwritten frame
 // still reads it.
 //
-// Differences from the seed (reference section 6) and hazards avoided:
+// Differences from the seed and hazards avoided (docs/edge-cases.md):
 // lookups answered immediately (no serve window); PD supply binds to the
 // round that demands its keys, never to a fixed round 0 (E59); a round is
 // finalized exactly once (E57); results queued before Close are returned by

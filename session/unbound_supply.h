@@ -1,5 +1,6 @@
 // UnboundSupply: the node's holding area for `store` jobs whose
-// kv_request_id no peer has fetched yet (reference 8.3, `_unbound_stores`).
+// kv_request_id no peer has fetched yet (the seed manager's `_unbound_stores`;
+// docs/edge-cases.md, "The daemon around the sessions", E64).
 //
 // In disaggregated prefill the producer's engine stores a request's blocks
 // before (often long before) the decoder's fetch says which peer wants

@@ -137,7 +137,8 @@ TEST_CASE("tls-cert, tls-key and tls-ca go together") {
   CHECK(Contains(MustFail({"--tls-ca", ""}), "tls-ca: '' is empty"));
 }
 
-// docs/security.md "File permissions": the key like the PSK (nothing for
+// docs/security.md, "TLS identity: a certificate speaks for one node" (its
+// "File permissions" item): the key like the PSK (nothing for
 // group or others), the certificate and CA bundle writable by the owner only.
 TEST_CASE("a tls-key granting group or others any permission is refused, naming the file and mode") {
   TempDir dir;

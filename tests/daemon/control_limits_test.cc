@@ -1,4 +1,4 @@
-// The control socket's bounds (docs/control-api.md section 4):
+// The control socket's bounds (docs/control-api.md, "6. Limits (ours)"):
 // --max-control-connections, the unanswered-bytes bound per connection,
 // and --max-region-bytes; and accept-error backoff.
 #include <catch2/catch.hpp>

@@ -1,5 +1,6 @@
 // No request of one engine changes another engine's keys or requests
-// (docs/control-api.md sections 1 and 2): keys held by several engines,
+// (control API spec sections 1 and 2; docs/security.md, "Control socket and
+// engines"): keys held by several engines,
 // and store supply owned by its engine.
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 """Attacks on the control socket and on engine isolation, against real
 daemons (docs/security.md "Control socket and engines";
-docs/control-api.md sections 1, 2 and 4):
+control API spec sections 1, 2 and 4):
 
   * more control connections than --max-control-connections;
   * a connection pipelining large lines without reading its answers;

@@ -926,7 +926,7 @@ class ControlInputTest(BadInputBase):
         reason, and the two nodes transfer verified bytes afterwards. (The
         session itself may be replaced: a source page vanishing while the
         kernel sends it fails the write, which closes the connection;
-        docs/architecture.md, "Truncated regions".)"""
+        docs/architecture.md, "Failure handling in one place".)"""
         flipper = self.engine(self.v, 16, BLOCK_LEN, name="flip-source", region="shm")
         keys = make_keys("flip", 16)
         flipper.fill_and_publish(keys, range(16), seal=True)

@@ -41,7 +41,7 @@ MiB = 1024 * 1024
 BLOCK_LEN = 256 * 1024
 COUNT = 128  # 32 MiB published by the producer
 LOAD_TIMEOUT_S = 8
-LIVENESS_S = 10  # wire spec section 4.5
+LIVENESS_S = 10  # wire spec section 4, step 8
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -323,7 +323,7 @@ class ProxyFaultTest(FaultBase):
         self.assert_no_pins(self.a, self.producer, self.keys, range(COUNT))
 
     def test_slow_link_is_not_silent(self):
-        """Wire spec section 4.5: a connection is dead after 10 s with
+        """Wire spec section 4, step 8: a connection is dead after 10 s with
         nothing received. A slow but steady link (one 1 MiB data frame taking
         longer than that) keeps delivering bytes: the session must live."""
         self.use_consumer("consumer-patient", load_timeout_s=60)

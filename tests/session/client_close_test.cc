@@ -1,7 +1,6 @@
 // ClientRole: session close, pruning, and round tokens across pruning (E56).
 //
-// Client edge cases of reference/vllm-p2p-behaviour.md section 11 and where
-// they are tested:
+// Client edge cases (docs/edge-cases.md) and where they are tested:
 // * E1-E7, E18, E19: client_load_test.cc; E8-E17: client_lookup_test.cc;
 //   E56: here.
 // * E5's hardened variant (resend abort forever, never fail locally) is not

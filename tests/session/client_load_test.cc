@@ -1,5 +1,6 @@
-// ClientRole: loads from fetch to result. Edge cases E1-E7, E18 and E19 of
-// reference/vllm-p2p-behaviour.md section 11, and the wire spec section 6
+// ClientRole: loads from fetch to result. Edge cases E1-E7, E18 and E19
+// (docs/edge-cases.md, "Loads on the consumer", "Finish on the consumer" and
+// "Concurrent loads"), and the wire spec section 6
 // rules on block_data, transfer_done, abort and timeouts. Every delivery
 // writes real bytes through the plan's spans into a MemoryRegion, and the
 // tests check the slots.

@@ -1,6 +1,7 @@
 // ClientRole: probing (lookup / lookup_resp), round tokens, and the checks a
-// load must pass before its fetch is sent. Edge cases E8-E17 of
-// reference/vllm-p2p-behaviour.md section 11 and the matching rules of wire
+// load must pass before its fetch is sent. Edge cases E8-E17
+// (docs/edge-cases.md, "Finish on the consumer" and "Lookups on the
+// consumer") and the matching rules of wire
 // spec section 6. Loads and results: client_load_test.cc; close, pruning
 // and token reuse: client_close_test.cc.
 #include <catch2/catch.hpp>

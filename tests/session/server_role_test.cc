@@ -1,5 +1,5 @@
-// ServerRole against the server-side edge cases of the reference (section
-// 11, E21-E51 and E56-E60), one TEST_CASE per case, named by number.
+// ServerRole against the server-side edge cases (E21-E51 and E56-E60 of
+// docs/edge-cases.md), one TEST_CASE per case, named by number.
 //
 // Not applicable to our design, so not tested:
 // * E25 (a HIT_PENDING/RETRY probe forced to MISS after 5 s): the node-wide
@@ -414,7 +414,7 @@ TEST_CASE("E44 producer finish with unmatched demand and nothing queued fails th
   h.role->Finish("a");
   REQUIRE(h.Types() == std::vector<std::string>{"block_data", "transfer_done"});
   REQUIRE(Done(h.All<TransferDone>()[0], "a", false, 0));
-  REQUIRE(h.Results().empty());  // the unrelated job keeps waiting (reference 8.3) ...
+  REQUIRE(h.Results().empty());  // the unrelated job keeps waiting (a deviation: docs/edge-cases.md, E44) ...
   h.clock.Advance(std::chrono::seconds(60));
   h.role->OnTick();
   results = h.Results();  // ... until its store timeout

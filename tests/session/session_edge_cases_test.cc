@@ -1,5 +1,5 @@
-// The session-level edge cases of vllm-p2p-behaviour.md section 11
-// (E52-E70), one TEST_CASE each, run through two real PeerSessions.
+// The session-level edge cases (E52-E70 of docs/edge-cases.md), one
+// TEST_CASE each, run through two real PeerSessions.
 //
 // Not applicable here, and why:
 // * E57 (double finalize after a failed immediate write_blocks): there is no
@@ -239,7 +239,8 @@ TEST_CASE("E60 terminal empty fetch while an earlier round is still sending", "[
 }
 
 // E61, plus requests holding hits they never loaded: those pins die with
-// the session (docs/architecture.md, "Choices beyond the reference").
+// the session (docs/edge-cases.md, "Round tokens, exactly once, close";
+// docs/control-api.md, "`poll` and long polls").
 TEST_CASE("E61 close results: in-flight loads, unresolved probes, unloaded hits, every store", "[session]") {
   SessionPair p;
   PublishFilled(p.b, "k1", 1, 1);
