@@ -23,6 +23,7 @@
 #include "config/psk.h"
 #include "config/toml_subset.h"
 #include "config/version.h"
+#include "protocol/json_fields.h"
 #include "protocol/peer_id.h"
 
 namespace kvpeer::config {
@@ -129,6 +130,8 @@ std::string ApplyFingerprint(const std::vector<std::string>& raw, Settings* s) {
 }
 
 std::string ApplyHashSeed(const std::vector<std::string>& raw, Settings* s) {
+  // It travels in connect, where control characters are refused (wire spec section 2).
+  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(raw.front())) return *problem;
   return ApplyBoundedString(raw.front(), 1, &s->hash_seed);
 }
 

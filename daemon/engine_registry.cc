@@ -26,7 +26,7 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
   reader.String("client", 1, protocol::kMaxStringChars, &client);
   reader.Uint("block_len", protocol::kMaxBlockLen, &settings.block_len);
   reader.String("config_fingerprint", 0, protocol::kMaxStringChars, &settings.config_fingerprint);
-  reader.String("hash_seed", 1, protocol::kMaxStringChars, &settings.hash_seed);
+  reader.IdString("hash_seed", &settings.hash_seed);
   if (!reader.ok()) return reader.status();
   if (settings.block_len == 0) {
     return Fail(ErrorCode::kBadRequest, "field 'block_len' must be an integer in 1 ..= " +

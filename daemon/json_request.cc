@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "protocol/codec.h"
+#include "protocol/json_fields.h"
 #include "protocol/limits.h"
 
 namespace kvpeer::daemon {
@@ -158,6 +159,14 @@ void RequestReader::String(std::string_view name, size_t min_chars, size_t max_c
                           " characters long, has " + std::to_string(chars));
   }
   out->assign(text->data(), text->size());
+}
+
+void RequestReader::IdString(std::string_view name, std::string* out) {
+  std::string text;
+  String(name, 1, protocol::kMaxStringChars, &text);
+  if (text.empty()) return;  // absent or of the wrong kind: already failed
+  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(text)) return Fail(name, *problem);
+  *out = std::move(text);
 }
 
 void RequestReader::Peer(std::string_view name, std::string* out) {

@@ -48,7 +48,9 @@ class RequestReader {
   // A string of min_chars ..= max_chars Unicode characters.
   void String(std::string_view name, size_t min_chars, size_t max_chars, std::string* out);
   // kv_request_id and the like: 1 ..= 4096 characters (the wire's rule).
-  void IdString(std::string_view name, std::string* out) { String(name, 1, 4096, out); }
+  // kv_request_id, hash_seed: they go on the wire, whose rule forbids
+  // control characters (protocol::ControlCharacterProblem).
+  void IdString(std::string_view name, std::string* out);
   // "host:port" with a non-empty host and a port 1 ..= 65535.
   void Peer(std::string_view name, std::string* out);
   // A non-negative integer ..= max.

@@ -1,5 +1,7 @@
 #include "protocol/json_fields.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <utility>
 
@@ -46,6 +48,9 @@ Broken ParseString(const json::value& value, StringRule rule, std::string* out) 
   if (chars < rule.min_chars || chars > rule.max_chars) {
     return "must be " + Range(rule.min_chars, rule.max_chars) + " characters long, has " +
            std::to_string(chars);
+  }
+  if (!rule.controls_allowed) {
+    if (std::optional<std::string> problem = ControlCharacterProblem(*text)) return problem;
   }
   out->assign(text->data(), text->size());
   return std::nullopt;
@@ -293,6 +298,23 @@ void FieldReader::RequireSameLength(std::string_view name, size_t size, std::str
   if (!status_.ok() || size == other_size) return;
   Fail(name, "must have as many elements as " + std::string(other) + " (" +
                  std::to_string(other_size) + "), has " + std::to_string(size));
+}
+
+std::optional<std::string> ControlCharacterProblem(std::string_view text) {
+  // Control characters are single bytes in UTF-8 (and never part of a
+  // multi-byte sequence), so bytes can be scanned; the position reported is
+  // the character's, as people count them.
+  size_t position = 0;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte & 0xC0) != 0x80) ++position;  // the first byte of a character
+    if (byte > 0x1F && byte != 0x7F) continue;
+    char code[8];
+    std::snprintf(code, sizeof(code), "U+%04X", byte);
+    return "must not contain control characters (U+0000 ..= U+001F, U+007F); character " +
+           std::to_string(position) + " is " + code;
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvpeer::protocol

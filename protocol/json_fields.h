@@ -30,12 +30,16 @@
 
 namespace kvpeer::protocol {
 
-// Length bounds of a string field, counted in Unicode code points.
+// Length bounds of a string field, counted in Unicode code points, and
+// whether control characters may appear in it.
 struct StringRule {
   size_t min_chars;
   size_t max_chars;
+  bool controls_allowed = true;
 };
-inline constexpr StringRule kIdStringRule{1, kMaxStringChars};  // peer_id, kv_request_id, hash_seed
+// peer_id, kv_request_id, hash_seed: wire spec section 2, "no control
+// characters (U+0000 ..= U+001F, U+007F)".
+inline constexpr StringRule kIdStringRule{1, kMaxStringChars, false};
 inline constexpr StringRule kFreeStringRule{0, kMaxStringChars};  // config_fingerprint, reason
 // Bounded only by the header length limit (connect_ack.proof).
 inline constexpr StringRule kAnyStringRule{0, std::numeric_limits<size_t>::max()};
@@ -52,6 +56,12 @@ inline constexpr IntegerRule kBlockLenRule{1, kMaxBlockLen};
 // epoch and nonce share a format (32 lowercase hex digits); the spec forbids
 // an all-zero epoch but allows any nonce.
 enum class TokenRule { kAnyValue, kNotAllZeros };
+
+// What is wrong with `text` under the identifier rule's "no control
+// characters" (wire spec section 2), e.g. "must not contain control
+// characters (U+0000 ..= U+001F, U+007F); character 3 is U+000A", or nullopt.
+// Shared with the control API, whose kv_request_id and hash_seed go on the wire.
+std::optional<std::string> ControlCharacterProblem(std::string_view text);
 
 // "a string", "an integer", ... for messages that say what was found.
 std::string_view JsonKindName(const boost::json::value& value);

@@ -191,6 +191,13 @@ TEST_CASE("each validation error names the key, the value and what is allowed") 
   }
 }
 
+TEST_CASE("a hash-seed with a control character is refused, naming it") {
+  // It travels in connect, whose rule forbids control characters.
+  const std::string message = MustFail({"--hash-seed", "seed\x1b[31m"});
+  CHECK(Contains(message, "hash-seed"));
+  CHECK(Contains(message, "character 5 is U+001B"));
+}
+
 TEST_CASE("every problem is reported, one line each") {
   std::string message = MustFail({"--listen", "x", "--block-len", "0", "--log-level", "loud"});
   CHECK(Contains(message, "kvpeerd: listen: 'x'"));

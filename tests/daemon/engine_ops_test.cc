@@ -95,6 +95,29 @@ TEST_CASE("hello with missing or mistyped fields is bad_request naming the field
   CHECK_THAT(MessageOf(response), Catch::Contains("'block_len'") && Catch::Contains("a string"));
 }
 
+// They travel on the wire, whose rule forbids control characters: an
+// engine's id with one would otherwise reach a peer that must refuse it as a
+// violation, closing a connection every engine of the node shares.
+TEST_CASE("kv_request_id and hash_seed with control characters are bad_request, and nothing is sent") {
+  Daemon daemon;
+  Client client(daemon);
+  json::object hello = Hello();
+  hello["hash_seed"] = "seed\n";
+  json::object refused = client.Call(hello);
+  CHECK(ErrorCodeOf(refused) == "bad_request");
+  CHECK_THAT(MessageOf(refused), Catch::Contains("'hash_seed'") && Catch::Contains("character 5 is U+000A"));
+  REQUIRE(client.Call(Hello()).at("ok") == true);
+  for (const char* bad : {"req\x01", "a\x1f" "b", "del\x7f", "tab\t"}) {
+    INFO(bad);
+    json::object response = client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", bad},
+                                         {"keys", HexKeys({"aa"})}, {"flush", true}});
+    CHECK(ErrorCodeOf(response) == "bad_request");
+    CHECK_THAT(MessageOf(response), Catch::Contains("'kv_request_id'") && Catch::Contains("control characters"));
+    CHECK(ErrorCodeOf(client.Call({{"op", "finish"}, {"kv_request_id", bad}})) == "bad_request");
+  }
+  CHECK(daemon.peers().lookups.empty());
+}
+
 TEST_CASE("register_region maps the file once; errors change nothing") {
   Daemon daemon;
   Client client(daemon);

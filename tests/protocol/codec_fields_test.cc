@@ -78,6 +78,23 @@ TEST_CASE("kv_request_id and hash_seed reject 4097 characters",
   }
 }
 
+TEST_CASE("kv_request_id and hash_seed reject control characters, naming the character",
+          "[codec][fields][strings]") {
+  for (const auto& [message, field] : IdStringFields()) {
+    INFO(FieldName(message, field));
+    for (const char* bad : {"a\nb", "\x01", "req\x1f", "x\x7f", "\t"}) {
+      const Status status = DecodeLike(message, HeaderWith(message, field, bad));
+      REQUIRE_FIELD_VIOLATION(status, FieldName(message, field));
+      REQUIRE_THAT(status.message(), Catch::Contains("control characters (U+0000 ..= U+001F, U+007F)"));
+    }
+    const Status nul = DecodeLike(message, HeaderWith(message, field, boost::json::string(std::string_view("a\0b", 3))));
+    REQUIRE_THAT(nul.message(), Catch::Contains("character 2 is U+0000"));
+    // Spaces, non-ASCII letters and C1 code points are not in the rule's range.
+    const std::string allowed = "a b " + kTwoByteChar + "\xc2\x85";
+    REQUIRE_DECODES(DecodeLike(message, HeaderWith(message, field, allowed.c_str())));
+  }
+}
+
 TEST_CASE("string lengths count characters, not UTF-8 bytes", "[codec][fields][strings]") {
   const Message message = testing::ValidConnect();
   const std::string at_limit = Repeat(kTwoByteChar, 4096);  // 8192 bytes
