@@ -14,8 +14,8 @@
 
 #include "daemon/control_ops.h"
 
-#ifndef KVPEER_CONTROL_API_DOC
-#error "KVPEER_CONTROL_API_DOC must name docs/control-api.md"
+#if !defined(KVPEER_CONTROL_API_DOC) || !defined(KVPEER_CONTROL_FUZZ_DICT)
+#error "KVPEER_CONTROL_API_DOC and KVPEER_CONTROL_FUZZ_DICT must name docs/control-api.md and the fuzz dictionary"
 #endif
 
 namespace kvpeer::daemon {
@@ -23,13 +23,15 @@ namespace {
 
 using Names = std::multiset<std::string>;
 
-std::string ReadDoc() {
-  std::ifstream in(KVPEER_CONTROL_API_DOC, std::ios::binary);
+std::string ReadFile(const char* path) {
+  std::ifstream in(path, std::ios::binary);
   REQUIRE(in.good());
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
 }
+
+std::string ReadDoc() { return ReadFile(KVPEER_CONTROL_API_DOC); }
 
 // The text of the "## N. <heading>" section, up to the next "## ".
 std::string Section(const std::string& doc, const std::string& heading) {
@@ -105,6 +107,15 @@ TEST_CASE("shutdown refuses exactly the ops that start new work") {
   const Names new_work = {"hello", "register_region", "publish", "lookup", "load", "store", "connect"};
   CHECK(TableOpsWhere([](const ControlOp& op) { return op.is_new_work; }) == new_work);
   CHECK(NewWorkOpsOfDoc(Section(ReadDoc(), "Shutdown")) == new_work);
+}
+
+// The fuzz target takes its ops from the table, but libFuzzer's dictionary
+// is a plain file: each op should be a token so that mutations reach it.
+TEST_CASE("the control fuzz dictionary has every op as a token") {
+  const std::string dict = ReadFile(KVPEER_CONTROL_FUZZ_DICT);
+  for (const ControlOp& op : ControlOps()) {
+    CHECK_THAT(dict, Catch::Contains("\n\"\\\"" + std::string(op.name) + "\\\"\"\n"));
+  }
 }
 
 TEST_CASE("FindControlOp finds every row and nothing else") {
