@@ -38,13 +38,6 @@ using Local = asio::local::stream_protocol;
 // timeout.
 constexpr auto kConnectCeiling = std::chrono::minutes(5);
 
-const std::set<std::string, std::less<>> kEngineOps = {"hello", "register_region", "publish", "unpublish", "lookup",
-                                                       "flush", "load",  "store",           "finish",  "poll"};
-const std::set<std::string, std::less<>> kOperatorOps = {"status", "metrics", "connect", "disconnect"};
-// Ops that start new work, refused once the daemon drains.
-const std::set<std::string, std::less<>> kNewWorkOps = {"hello", "register_region", "publish", "lookup",
-                                                        "load",  "store",           "connect"};
-
 std::string Errno() { return std::strerror(errno); }
 
 }  // namespace
@@ -248,9 +241,7 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
   // By op for the metrics; ops outside the API share one name, so a client
   // cannot add counters at will.
   const std::string_view op_name = op->get_string();
-  engines_.counters().Add("op_" + std::string(kEngineOps.contains(op_name) || kOperatorOps.contains(op_name)
-                                                  ? op_name
-                                                  : std::string_view("unknown")));
+  engines_.counters().Add("op_" + std::string(FindControlOp(op_name) != nullptr ? op_name : "unknown"));
   json::object fields;
   ApiStatus status;
   try {
@@ -268,69 +259,27 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
 asio::awaitable<ApiStatus> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
                                                    const json::object& request, std::string op, ControlLine& line,
                                                    json::object* response) {
-  if (op == "status") {
-    *response = Status();
-    co_return std::nullopt;
-  }
-  if (op == "metrics") {
-    (*response)["text"] = MetricsText();
-    co_return std::nullopt;
-  }
-  if (op == "disconnect") co_return DisconnectOp(request);
-  if (op != "connect" && !kEngineOps.contains(op)) {
-    co_return Fail(ErrorCode::kUnknownOp, "op '" + Utf8Prefix(op, 64) +
-                                              "' is not known; ops: status, metrics, connect, disconnect, hello, "
-                                              "register_region, publish, unpublish, lookup, flush, load, store, "
-                                              "finish, poll");
-  }
-  if (shutting_down_ && kNewWorkOps.contains(op)) {
-    co_return Fail(ErrorCode::kShuttingDown, "the daemon is shutting down; op '" + op + "' is refused");
-  }
-  if (op == "connect") {
-    asio::awaitable<ApiStatus> connecting = ConnectOp(request);
-    co_return co_await std::move(connecting);  // touches nothing of the server after
-  }
-  if (op == "poll") {
-    std::shared_ptr<EngineSession> engine = connection->engine();
-    if (!engine) co_return Fail(ErrorCode::kBadRequest, "op 'poll' needs an engine session: send hello first");
-    asio::awaitable<ApiStatus> polling = engine->Poll(request, response);
-    co_return co_await std::move(polling);  // touches nothing of the server after
-  }
-  co_return EngineOp(*connection, request, op, line, response);
+  const ControlOp* row = FindControlOp(op);
+  if (row == nullptr) co_return UnknownOp(op);
+  OpCall call{*connection, request, line, connection->engine(), response};
+  if (ApiStatus refused = CheckOpAllowed(*row, shutting_down_, call.engine != nullptr)) co_return refused;
+  ControlOpHandlers& handlers = *this;
+  asio::awaitable<ApiStatus> answering = (handlers.*row->handler)(call);
+  co_return co_await std::move(answering);  // connect and poll may wait: touches nothing of the server after
 }
 
-ApiStatus ControlServer::EngineOp(ControlConnection& connection, const json::object& request, const std::string& op,
-                                  ControlLine& line, json::object* response) {
-  if (op == "hello") {
-    if (connection.engine()) {
-      return Fail(ErrorCode::kConflict, "this connection already said hello (engine '" +
-                                            connection.engine()->client() + "'); one hello per engine session");
-    }
-    std::shared_ptr<EngineSession> session;
-    ApiStatus status = engines_.Hello(request, connection.credentials(), &session, response);
-    if (!status) connection.set_engine(std::move(session));
-    return status;
-  }
-  EngineSession* engine = connection.engine().get();
-  if (engine == nullptr) {
-    return Fail(ErrorCode::kBadRequest, "op '" + op + "' needs an engine session: send hello first");
-  }
-  if (op == "register_region") {
-    UniqueFd fd;
-    if (!line.fds.empty()) fd = std::move(line.fds.front());
-    return engine->RegisterRegion(request, std::move(fd), response);
-  }
-  if (op == "publish") return engine->Publish(request, response);
-  if (op == "unpublish") return engine->Unpublish(request, response);
-  if (op == "lookup") return engine->Lookup(request, response);
-  if (op == "flush") return engine->Flush(request, response);
-  if (op == "load") return engine->Load(request, response);
-  if (op == "store") return engine->Store(request, response);
-  return engine->Finish(request, response);  // the last of kEngineOps
+asio::awaitable<ApiStatus> ControlServer::Status(OpCall& call) {
+  *call.response = StatusFields();
+  co_return std::nullopt;
 }
 
-asio::awaitable<ApiStatus> ControlServer::ConnectOp(const json::object& request) {
-  RequestReader reader(request);
+asio::awaitable<ApiStatus> ControlServer::Metrics(OpCall& call) {
+  (*call.response)["text"] = MetricsText();
+  co_return std::nullopt;
+}
+
+asio::awaitable<ApiStatus> ControlServer::Connect(OpCall& call) {
+  RequestReader reader(call.request);
   std::string peer;
   reader.Peer("peer", &peer);
   if (!reader.ok()) co_return reader.status();
@@ -356,17 +305,69 @@ asio::awaitable<ApiStatus> ControlServer::ConnectOp(const json::object& request)
   co_return *wait->result;
 }
 
-ApiStatus ControlServer::DisconnectOp(const json::object& request) {
-  RequestReader reader(request);
+asio::awaitable<ApiStatus> ControlServer::Disconnect(OpCall& call) {
+  RequestReader reader(call.request);
   std::string peer;
   reader.Peer("peer", &peer);
-  if (!reader.ok()) return reader.status();
+  if (!reader.ok()) co_return reader.status();
   PeerService* peers = engines_.peer_service();
-  if (peers == nullptr) return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running");
-  return peers->Disconnect(peer);
+  if (peers == nullptr) co_return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running");
+  co_return peers->Disconnect(peer);
 }
 
-json::object ControlServer::Status() const {
+asio::awaitable<ApiStatus> ControlServer::Hello(OpCall& call) {
+  ControlConnection& connection = call.connection;
+  if (call.engine) {
+    co_return Fail(ErrorCode::kConflict, "this connection already said hello (engine '" + call.engine->client() +
+                                             "'); one hello per engine session");
+  }
+  std::shared_ptr<EngineSession> session;
+  ApiStatus status = engines_.Hello(call.request, connection.credentials(), &session, call.response);
+  if (!status) connection.set_engine(std::move(session));
+  co_return status;
+}
+
+// The engine ops below need a hello: CheckOpAllowed has seen call.engine set.
+asio::awaitable<ApiStatus> ControlServer::RegisterRegion(OpCall& call) {
+  UniqueFd fd;
+  if (!call.line.fds.empty()) fd = std::move(call.line.fds.front());
+  co_return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Publish(OpCall& call) {
+  co_return call.engine->Publish(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Unpublish(OpCall& call) {
+  co_return call.engine->Unpublish(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Lookup(OpCall& call) {
+  co_return call.engine->Lookup(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Flush(OpCall& call) {
+  co_return call.engine->Flush(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Load(OpCall& call) {
+  co_return call.engine->Load(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Store(OpCall& call) {
+  co_return call.engine->Store(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Finish(OpCall& call) {
+  co_return call.engine->Finish(call.request, call.response);
+}
+
+asio::awaitable<ApiStatus> ControlServer::Poll(OpCall& call) {
+  asio::awaitable<ApiStatus> polling = call.engine->Poll(call.request, call.response);
+  co_return co_await std::move(polling);  // call.engine keeps the session alive while it waits
+}
+
+json::object ControlServer::StatusFields() const {
   const auto uptime = std::chrono::steady_clock::now() - started_;
   json::object status;
   status["node_id"] = options_.node_id;

@@ -4,9 +4,10 @@
 // one is not; the file gets mode 0660 and optionally a group), reads every
 // client's SO_PEERCRED credentials, logs them and refuses users outside an
 // optional allowlist before reading anything. Each connection is a
-// ControlConnection; this class answers its lines: the operator ops
-// (status, metrics, connect, disconnect) on any connection, the engine ops
-// on a connection that has said hello (EngineSession does the work).
+// ControlConnection; this class answers its lines, dispatching each by the
+// op table (daemon/control_ops.h): the operator ops on any connection, the
+// engine ops on a connection that has said hello (EngineSession does the
+// work).
 //
 // Thread-safety: none; everything runs on the daemon's one io_context.
 //
@@ -30,6 +31,7 @@
 
 #include "daemon/api_error.h"
 #include "daemon/control_connection.h"
+#include "daemon/control_ops.h"
 #include "daemon/engine_registry.h"
 #include "daemon/limit_reporter.h"
 
@@ -52,7 +54,7 @@ struct ControlServerOptions {
   size_t max_connections = 256;
 };
 
-class ControlServer : private ControlHandler {
+class ControlServer : private ControlHandler, private ControlOpHandlers {
  public:
   ControlServer(boost::asio::io_context& io, ControlServerOptions options, EngineRegistry& engines);
   ~ControlServer() override;
@@ -63,10 +65,9 @@ class ControlServer : private ControlHandler {
   // the reason when the socket cannot be created (or another daemon is
   // listening on it).
   ApiStatus Start();
-  // From now on requests that would start new work (hello,
-  // register_region, publish, lookup, load, store, connect) answer
-  // shutting_down; status, metrics, poll, finish, unpublish and flush
-  // still work so engines can collect the results of the drain.
+  // From now on the ops the table marks as new work answer shutting_down;
+  // the others still work so engines can collect the results of the drain
+  // (docs/control-api.md, "Shutdown").
   void BeginShutdown();
   // Stops accepting, closes every connection (closing its engine session)
   // and removes the socket file. Idempotent.
@@ -109,11 +110,24 @@ class ControlServer : private ControlHandler {
   boost::asio::awaitable<ApiStatus> Dispatch(std::shared_ptr<ControlConnection> connection,
                                              const boost::json::object& request, std::string op, ControlLine& line,
                                              boost::json::object* response);
-  ApiStatus EngineOp(ControlConnection& connection, const boost::json::object& request, const std::string& op,
-                     ControlLine& line, boost::json::object* response);
-  boost::asio::awaitable<ApiStatus> ConnectOp(const boost::json::object& request);
-  ApiStatus DisconnectOp(const boost::json::object& request);
-  boost::json::object Status() const;
+
+  // ControlOpHandlers: one per row of the op table.
+  OpAnswer Status(OpCall& call) override;
+  OpAnswer Metrics(OpCall& call) override;
+  OpAnswer Connect(OpCall& call) override;
+  OpAnswer Disconnect(OpCall& call) override;
+  OpAnswer Hello(OpCall& call) override;
+  OpAnswer RegisterRegion(OpCall& call) override;
+  OpAnswer Publish(OpCall& call) override;
+  OpAnswer Unpublish(OpCall& call) override;
+  OpAnswer Lookup(OpCall& call) override;
+  OpAnswer Flush(OpCall& call) override;
+  OpAnswer Load(OpCall& call) override;
+  OpAnswer Store(OpCall& call) override;
+  OpAnswer Finish(OpCall& call) override;
+  OpAnswer Poll(OpCall& call) override;
+
+  boost::json::object StatusFields() const;
   // Counts the answer and turns it into its line.
   std::string Answer(const boost::json::value& id, const ApiStatus& status, boost::json::object fields);
 

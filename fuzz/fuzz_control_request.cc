@@ -9,7 +9,11 @@
 // reader (ControlConnection::Split), so a local splitter with the same rule
 // (lines end at '\n', a line longer than the limit ends the stream) stands
 // in for it; the parse and every reader are the daemon's own code, read in
-// the order each op reads them.
+// the order each op reads them. Which ops exist comes from the daemon's op
+// table (daemon/control_ops.h): the reads below are kept per op by hand
+// (they run inside the handlers, which need the event loop), and the first
+// input traps unless they cover exactly the table's ops, so the two cannot
+// drift apart.
 //
 // Input: byte 0 picks how the rest is split into chunks; the rest is a
 // stream of request lines. Properties, each a __builtin_trap() on failure:
@@ -18,6 +22,8 @@
 //   * a reader that failed reports the first failing field of the op, with
 //     exactly the status that field alone gets (later reads change nothing),
 //     and the failure is a bad_request naming that field;
+//   * an op outside the table gets the daemon's unknown_op error, and a
+//     known one its shutdown or missing-hello refusal, from the table;
 //   * what the readers accept obeys the documented rules (lengths in
 //     characters, ranges, key sizes, list sizes, equal lengths), and keys
 //     and block ids are exactly the request's values (hex round trip);
@@ -41,6 +47,7 @@
 #include <boost/json/value.hpp>
 
 #include "daemon/api_error.h"
+#include "daemon/control_ops.h"
 #include "daemon/json_request.h"
 #include "fuzz/chunk_sizes.h"
 #include "protocol/codec.h"
@@ -50,6 +57,9 @@ namespace {
 
 namespace json = boost::json;
 using kvpeer::daemon::ApiStatus;
+using kvpeer::daemon::CheckOpAllowed;
+using kvpeer::daemon::ControlOp;
+using kvpeer::daemon::ControlOps;
 using kvpeer::daemon::ErrorCode;
 using kvpeer::daemon::ErrorCodeName;
 using kvpeer::daemon::RequestReader;
@@ -135,7 +145,8 @@ struct OpSpec {
 };
 
 // The reads of each op, in the daemon's order (engine_registry.cc Hello,
-// engine_session.cc, control_server.cc ConnectOp / DisconnectOp).
+// engine_session.cc, control_server.cc Connect / Disconnect). Flush,
+// status and metrics read nothing.
 const std::vector<OpSpec>& Ops() {
   using kvpeer::protocol::kMaxBlockLen;
   using kvpeer::protocol::kMaxStringChars;
@@ -185,8 +196,23 @@ const std::vector<OpSpec>& Ops() {
       {"poll", {"wait_ms"}, {[](RequestReader& r, Fields& f) { r.OptionalUint("wait_ms", kMaxWaitMs, &f.wait_ms); }}},
       {"connect", {"peer"}, {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); }}},
       {"disconnect", {"peer"}, {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); }}},
+      {"flush", {}, {}},
+      {"status", {}, {}},
+      {"metrics", {}, {}},
   };
   return ops;
+}
+
+const OpSpec* SpecOf(std::string_view op) {
+  const auto& ops = Ops();
+  auto spec = std::find_if(ops.begin(), ops.end(), [op](const OpSpec& s) { return s.op == op; });
+  return spec != ops.end() ? &*spec : nullptr;
+}
+
+// The reads above name exactly the op table's ops, each once.
+void CheckSpecsCoverOpTable() {
+  Check(Ops().size() == ControlOps().size());
+  for (const ControlOp& row : ControlOps()) Check(SpecOf(row.name) != nullptr);
 }
 
 bool SameStatus(const ApiStatus& a, const ApiStatus& b) {
@@ -301,9 +327,13 @@ void HandleLine(const std::string& line) {
   const json::object& request = parsed.get_object();
   const json::value* op = request.if_contains("op");
   if (op == nullptr || !op->is_string()) return;
-  const auto& ops = Ops();
-  auto spec = std::find_if(ops.begin(), ops.end(), [&](const OpSpec& s) { return s.op == op->get_string(); });
-  if (spec == ops.end()) return;
+  const ControlOp* row = kvpeer::daemon::FindControlOp(op->get_string());
+  if (row == nullptr) {
+    CheckErrorResponse(kvpeer::daemon::UnknownOp(op->get_string()));
+    return;
+  }
+  CheckErrorResponse(CheckOpAllowed(*row, /*shutting_down=*/true, /*has_engine=*/false));
+  const OpSpec* spec = SpecOf(row->name);
 
   // The op's reads on one reader, as the daemon does them.
   RequestReader reader(request);
@@ -344,6 +374,8 @@ using kvpeer::fuzz::ChunkSizes;
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool covered = (CheckSpecsCoverOpTable(), true);
+  (void)covered;
   if (size == 0) return 0;
   const std::span<const uint8_t> stream(data + 1, size - 1);
 
