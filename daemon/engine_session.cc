@@ -168,9 +168,9 @@ ApiStatus EngineSession::Publish(const json::object& request, json::object* resp
   std::vector<uint64_t> block_ids;
   reader.Keys("keys", 0, &keys);
   reader.BlockIds("block_ids", 0, &block_ids);
-  reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
   std::optional<bool> seal;
   reader.OptionalBool("seal", &seal);
+  reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
   if (!reader.ok()) return reader.status();
   if (ApiStatus bad = CheckRegion("publish")) return bad;
   std::vector<BlockIndex> slots;
@@ -242,10 +242,10 @@ ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view o
   reader.IdString("kv_request_id", &job->kv_request_id);
   reader.Keys("keys", 1, &job->keys);
   reader.BlockIds("block_ids", 1, &block_ids);
-  reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
   std::optional<bool> seal;
   if (peer == nullptr) reader.OptionalBool("seal", &seal);  // store only (control-api.md section 2)
   job->seal = seal.value_or(false);
+  reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
   if (!reader.ok()) return reader.status();
   if (Peers() == nullptr) return PeerSideMissing();
   if (ApiStatus bad = CheckRegion(op)) return bad;

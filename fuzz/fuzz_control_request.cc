@@ -51,6 +51,7 @@
 #include "daemon/json_request.h"
 #include "fuzz/chunk_sizes.h"
 #include "protocol/codec.h"
+#include "protocol/json_fields.h"
 #include "protocol/limits.h"
 
 namespace {
@@ -128,7 +129,7 @@ struct Fields {
   std::string client, config_fingerprint, hash_seed, peer, kv_request_id;
   uint64_t block_len = 0, num_blocks = 0;
   int64_t job_id = 0;
-  std::optional<bool> fd, flush;
+  std::optional<bool> fd, flush, seal;
   std::optional<std::string> path;
   std::optional<uint64_t> offset, wait_ms;
   std::vector<Key> keys;
@@ -156,7 +157,7 @@ const std::vector<OpSpec>& Ops() {
        {[](RequestReader& r, Fields& f) { r.String("client", 1, kMaxStringChars, &f.client); },
         [](RequestReader& r, Fields& f) { r.Uint("block_len", kMaxBlockLen, &f.block_len); },
         [](RequestReader& r, Fields& f) { r.String("config_fingerprint", 0, kMaxStringChars, &f.config_fingerprint); },
-        [](RequestReader& r, Fields& f) { r.String("hash_seed", 1, kMaxStringChars, &f.hash_seed); }}},
+        [](RequestReader& r, Fields& f) { r.IdString("hash_seed", &f.hash_seed); }}},
       {"register_region",
        {"fd", "path", "num_blocks", "offset"},
        {[](RequestReader& r, Fields& f) { r.OptionalBool("fd", &f.fd); },
@@ -164,9 +165,10 @@ const std::vector<OpSpec>& Ops() {
         [](RequestReader& r, Fields& f) { r.Uint("num_blocks", kMaxNumBlocks, &f.num_blocks); },
         [](RequestReader& r, Fields& f) { r.OptionalUint("offset", UINT64_MAX, &f.offset); }}},
       {"publish",
-       {"keys", "block_ids"},
+       {"keys", "block_ids", "seal"},
        {[](RequestReader& r, Fields& f) { r.Keys("keys", 0, &f.keys); },
-        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 0, &f.block_ids); }},
+        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 0, &f.block_ids); },
+        [](RequestReader& r, Fields& f) { r.OptionalBool("seal", &f.seal); }},
        true},
       {"unpublish", {"keys"}, {[](RequestReader& r, Fields& f) { r.Keys("keys", 0, &f.keys); }}},
       {"lookup",
@@ -184,11 +186,12 @@ const std::vector<OpSpec>& Ops() {
         [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 1, &f.block_ids); }},
        true},
       {"store",
-       {"job_id", "kv_request_id", "keys", "block_ids"},
+       {"job_id", "kv_request_id", "keys", "block_ids", "seal"},
        {[](RequestReader& r, Fields& f) { r.Int("job_id", &f.job_id); },
         [](RequestReader& r, Fields& f) { r.IdString("kv_request_id", &f.kv_request_id); },
         [](RequestReader& r, Fields& f) { r.Keys("keys", 1, &f.keys); },
-        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 1, &f.block_ids); }},
+        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 1, &f.block_ids); },
+        [](RequestReader& r, Fields& f) { r.OptionalBool("seal", &f.seal); }},
        true},
       {"finish",
        {"kv_request_id"},
@@ -273,10 +276,12 @@ void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields
   for (std::string_view field : spec.fields) {
     if (field == "client" || field == "hash_seed") {
       CheckString(request, field, 1, kMaxStringChars, field == "client" ? f.client : f.hash_seed);
+      if (field == "hash_seed") Check(!kvpeer::protocol::ControlCharacterProblem(f.hash_seed));
     } else if (field == "config_fingerprint") {
       CheckString(request, field, 0, kMaxStringChars, f.config_fingerprint);
     } else if (field == "kv_request_id") {
       CheckString(request, field, 1, 4096, f.kv_request_id);
+      Check(!kvpeer::protocol::ControlCharacterProblem(f.kv_request_id));  // it goes on the wire
     } else if (field == "peer") {
       CheckPeer(request, f.peer);
     } else if (field == "block_len") {
@@ -294,8 +299,8 @@ void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields
       const std::optional<uint64_t>& got = field == "offset" ? f.offset : f.wait_ms;
       Check(got.has_value() == request.contains(field));
       if (got) CheckUint(request.at(field), field == "offset" ? UINT64_MAX : kMaxWaitMs, *got);
-    } else if (field == "fd" || field == "flush") {
-      const std::optional<bool>& got = field == "fd" ? f.fd : f.flush;
+    } else if (field == "fd" || field == "flush" || field == "seal") {
+      const std::optional<bool>& got = field == "fd" ? f.fd : field == "flush" ? f.flush : f.seal;
       Check(got.has_value() == request.contains(field));
       if (got) Check(request.at(field).as_bool() == *got);
     }
