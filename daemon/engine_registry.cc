@@ -86,7 +86,7 @@ void EngineRegistry::OnLoadResult(const session::JobResult& result) {
 void EngineRegistry::OnStoreResult(const session::JobResult& result) {
   counters_.Add(result.success ? "store_results_succeeded" : "store_results_failed");
   if (!result.success) {
-    counters_.Add("store_failures_" + std::string(kStoreFailureLabels[ClassifyStoreFailure(result.reason)]));
+    counters_.Add("store_failures_" + std::string(kStoreFailureLabels[StoreFailureLabel(result.failure)]));
     spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id,
                  result.kv_request_id, result.reason);
   }

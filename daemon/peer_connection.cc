@@ -727,10 +727,10 @@ void PeerConnection::CloseSocketAndSession(const std::string& reason) {
   AfterSessionActivity();  // the PeerManager logs the close
 }
 
-void PeerConnection::Close(const std::string& reason, bool notify_peer, session::LoadFailure load_failure) {
+void PeerConnection::Close(const std::string& reason, bool notify_peer, session::JobFailure failure) {
   if (closed_) return;
   closed_by_owner_ = true;
-  session_->Close(reason, notify_peer, load_failure);
+  session_->Close(reason, notify_peer, failure);
   AfterSessionActivity();
 }
 

@@ -117,7 +117,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // read into a slot, then closes gracefully: disconnect{reason} when
   // `notify_peer`, after any frame being written, then FIN (see Linger).
   void Close(const std::string& reason, bool notify_peer = true,
-             session::LoadFailure load_failure = session::LoadFailure::kSessionClosed);
+             session::JobFailure failure = session::JobFailure::kSessionClosed);
 
   // Call after operating on session() from outside (engine ops): wakes the
   // writer and reports results.

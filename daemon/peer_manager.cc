@@ -616,11 +616,13 @@ void PeerManager::Shutdown(const std::string& reason) {
   reap_timer_.cancel();
   std::vector<std::shared_ptr<PeerConnection>> handshaking;
   for (const auto& [connection, source] : handshaking_) handshaking.push_back(connection);
-  for (auto& connection : handshaking) connection->Close(reason, true, session::LoadFailure::kShutdown);
+  for (auto& connection : handshaking) connection->Close(reason, true, session::JobFailure::kShutdown);
   for (auto& [peer, entry] : peers_) {
-    if (auto connection = entry.connection) connection->Close(reason, true, session::LoadFailure::kShutdown);
+    if (auto connection = entry.connection) connection->Close(reason, true, session::JobFailure::kShutdown);
   }
-  for (const auto& failed : unbound_supply_.CancelAll(reason)) results_.OnStoreResult(failed);
+  for (const auto& failed : unbound_supply_.CancelAll(session::JobFailure::kShutdown, reason)) {
+    results_.OnStoreResult(failed);
+  }
 }
 
 // ---------------------------------------------------------------------------

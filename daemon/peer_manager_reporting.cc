@@ -42,7 +42,7 @@ void PeerManager::RecordLoadResult(Peer* entry, const std::string& peer, const s
                   result.job_id, result.kv_request_id, started ? started->bytes : 0, seconds * 1e3);
     return;
   }
-  if (entry != nullptr) ++entry->loads_failed[LoadFailureLabel(result.load_failure)];
+  if (entry != nullptr) ++entry->loads_failed[LoadFailureLabel(result.failure)];
   if (started) load_seconds_failed_.Observe(seconds);
   spdlog::info("peer {}: load (node job {}) of kv_request_id {} failed: {}", peer, result.job_id,
                result.kv_request_id, result.reason);

@@ -64,35 +64,29 @@ size_t ClassifySessionClose(std::string_view reason, bool violation) {
   return labels.size() - 1;
 }
 
-size_t LoadFailureLabel(session::LoadFailure cause) {
+size_t LoadFailureLabel(session::JobFailure cause) {
   const auto& labels = kLoadFailureLabels;
   switch (cause) {
-    case session::LoadFailure::kTimeout: return IndexOf(labels, "timeout");
-    case session::LoadFailure::kRequestFinished: return IndexOf(labels, "request_finished");
-    case session::LoadFailure::kPeerFailed: return IndexOf(labels, "peer_failed");
-    case session::LoadFailure::kIncomplete: return IndexOf(labels, "incomplete");
-    case session::LoadFailure::kChecksum: return IndexOf(labels, "checksum");
-    case session::LoadFailure::kShutdown: return IndexOf(labels, "shutdown");
-    case session::LoadFailure::kNone:
-    case session::LoadFailure::kSlotsUnmapped:
-    case session::LoadFailure::kSessionClosed: break;
+    case session::JobFailure::kTimeout: return IndexOf(labels, "timeout");
+    case session::JobFailure::kRequestFinished: return IndexOf(labels, "request_finished");
+    case session::JobFailure::kPeerFailed: return IndexOf(labels, "peer_failed");
+    case session::JobFailure::kIncomplete: return IndexOf(labels, "incomplete");
+    case session::JobFailure::kChecksum: return IndexOf(labels, "checksum");
+    case session::JobFailure::kShutdown: return IndexOf(labels, "shutdown");
+    default: return IndexOf(labels, "session_closed");  // the session's close, or slots that vanished
   }
-  return IndexOf(labels, "session_closed");
 }
 
-size_t ClassifyStoreFailure(std::string_view reason) {
+size_t StoreFailureLabel(session::JobFailure cause) {
   const auto& labels = kStoreFailureLabels;
-  // session/server_role.cc and session/unbound_supply.cc.
-  if (Has(reason, {": not fetched within", "no peer fetched"})) return IndexOf(labels, "timeout");
-  if (Has(reason, {"without fetching these blocks"})) return IndexOf(labels, "unfetched");
-  if (Has(reason, {"aborted by the peer"})) return IndexOf(labels, "aborted");
-  if (Has(reason, {"shutting down"})) return IndexOf(labels, "shutdown");
-  if (ConnectionLost(reason) ||
-      Has(reason, {"peer disconnected", "peer silent", "session closed", "disconnected by operator", "duplicate",
-                   "peer restarted", "handshake timed out"})) {
-    return IndexOf(labels, "session_closed");
+  switch (cause) {
+    case session::JobFailure::kTimeout: return IndexOf(labels, "timeout");
+    case session::JobFailure::kUnfetched: return IndexOf(labels, "unfetched");
+    case session::JobFailure::kAborted: return IndexOf(labels, "aborted");
+    case session::JobFailure::kShutdown: return IndexOf(labels, "shutdown");
+    case session::JobFailure::kSessionClosed: return IndexOf(labels, "session_closed");
+    default: return IndexOf(labels, "other");  // a torn source, a refused store, a load's cause
   }
-  return labels.size() - 1;
 }
 
 }  // namespace kvpeer::daemon

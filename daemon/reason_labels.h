@@ -37,16 +37,16 @@ inline constexpr std::array<std::string_view, 9> kSessionCloseLabels = {
     "shutdown",          "duplicate",       "peer_restarted", "other"};
 size_t ClassifySessionClose(std::string_view close_reason, bool violation);
 
-// A failed load's label, from its cause (session::JobResult::load_failure),
+// A failed load's label, from its cause (session::JobResult::failure),
 // never from its reason text. A destination region that shrank is counted
 // with the session closes, as it was before causes were values.
 inline constexpr std::array<std::string_view, 7> kLoadFailureLabels = {
     "timeout", "request_finished", "peer_failed", "incomplete", "checksum", "shutdown", "session_closed"};
-size_t LoadFailureLabel(session::LoadFailure cause);
+size_t LoadFailureLabel(session::JobFailure cause);
 
-// A store's failure reason.
+// A failed store job's label, from its cause (session::JobResult::failure).
 inline constexpr std::array<std::string_view, 6> kStoreFailureLabels = {
     "timeout", "unfetched", "aborted", "shutdown", "session_closed", "other"};
-size_t ClassifyStoreFailure(std::string_view reason);
+size_t StoreFailureLabel(session::JobFailure cause);
 
 }  // namespace kvpeer::daemon

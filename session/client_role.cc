@@ -243,7 +243,7 @@ void ClientRole::Impl::FireDeadline(RoundSeq round, TimePoint now) {
   Load& load = loads.at(round);
   load.deadline.reset();
   if (load.phase == Phase::kInFlight) {
-    EndLoadLocally(round, load, {LoadFailure::kTimeout, "load timed out after " + FormatDuration(config.load_timeout)},
+    EndLoadLocally(round, load, {JobFailure::kTimeout, "load timed out after " + FormatDuration(config.load_timeout)},
                    now);
   } else if (load.slots.frame_open()) {
     load.retire_after_frame = true;
@@ -360,7 +360,7 @@ void ClientRole::Finish(const std::string& kv_request_id) {
   for (RoundSeq round : st.loads) {
     Load& load = impl_->loads.at(round);
     if (load.phase == Phase::kInFlight) {
-      impl_->EndLoadLocally(round, load, {LoadFailure::kRequestFinished, "request finished"}, now);
+      impl_->EndLoadLocally(round, load, {JobFailure::kRequestFinished, "request finished"}, now);
     }
   }
   // The peer holds lookup state of the open round that no fetch will close:
@@ -397,9 +397,9 @@ Status ClientRole::OnTransferDone(const protocol::TransferDone& message) {
   if (load == nullptr || load->phase == Phase::kAborting) return Status::Ok();
   if (load->slots.frame_open()) return Status::Internal("transfer_done while a block_data payload is being received");
   if (!message.success) {
-    impl_->EmitFailure(*load, {LoadFailure::kPeerFailed, "peer reported failure"});
+    impl_->EmitFailure(*load, {JobFailure::kPeerFailed, "peer reported failure"});
   } else if (!load->slots.complete()) {
-    impl_->EmitFailure(*load, {LoadFailure::kIncomplete, "transfer_done before all blocks arrived: " +
+    impl_->EmitFailure(*load, {JobFailure::kIncomplete, "transfer_done before all blocks arrived: " +
                                                              std::to_string(load->slots.received()) + " of " +
                                                              std::to_string(load->slots.size())});
   } else {
@@ -448,7 +448,7 @@ Status ClientRole::OnBlockDataHeader(const protocol::BlockData& message, BlockDa
   if (!load->slots.writable()) {
     // The engine truncated its region: the load fails and this frame is
     // dropped; the connection and its other loads carry on.
-    impl_->EndLoadLocally(message.round_seq, *load, {LoadFailure::kSlotsUnmapped, kSlotsUnmapped}, impl_->clock());
+    impl_->EndLoadLocally(message.round_seq, *load, {JobFailure::kSlotsUnmapped, kSlotsUnmapped}, impl_->clock());
     plan->discard = true;
     return Status::Ok();
   }
@@ -479,12 +479,12 @@ std::optional<LoadFailureReport> ClientRole::Impl::CheckLanded(const protocol::B
   for (size_t i = 0; i < message.block_indexes.size(); ++i) {
     const protocol::BlockIndex index = message.block_indexes[i];
     const std::optional<uint64_t> landed = load.slots.LandedChecksum(index);
-    if (!landed) return LoadFailureReport{LoadFailure::kSlotsUnmapped, kSlotsUnmapped};
+    if (!landed) return LoadFailureReport{JobFailure::kSlotsUnmapped, kSlotsUnmapped};
     const uint64_t expected = message.xxh3.values[i];
     if (*landed == expected) continue;
     const Key& key = load.keys[load.slots.PositionOf(index)];
     checksum_failures.push_back(ChecksumFailure{load.kv_request_id, key, index, expected, *landed});
-    return LoadFailureReport{LoadFailure::kChecksum,
+    return LoadFailureReport{JobFailure::kChecksum,
                              "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) +
                                  "): the peer sent xxh3 " + protocol::ChecksumHex(expected) +
                                  ", the bytes that landed hash to " + protocol::ChecksumHex(*landed)};
@@ -507,7 +507,7 @@ void ClientRole::FailOpenFrame(const std::string& reason) {
   const RoundSeq round = *impl_->open_frame_round;
   Load& load = impl_->loads.at(round);
   if (load.phase == Phase::kInFlight) {
-    impl_->EndLoadLocally(round, load, {LoadFailure::kSlotsUnmapped, reason}, impl_->clock());
+    impl_->EndLoadLocally(round, load, {JobFailure::kSlotsUnmapped, reason}, impl_->clock());
   }
   AbandonOpenFrame();
 }
@@ -548,7 +548,7 @@ std::optional<TimePoint> ClientRole::NextDeadline() const {
 
 std::vector<JobResult> ClientRole::TakeResults() { return std::exchange(impl_->results, {}); }
 
-ClientCloseResult ClientRole::Close(const std::string& reason, LoadFailure cause) {
+ClientCloseResult ClientRole::Close(const std::string& reason, JobFailure cause) {
   ClientCloseResult out;
   if (impl_->closed) return out;
   impl_->closed = true;

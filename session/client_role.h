@@ -132,7 +132,7 @@ class ClientRole {
 
   // Ends everything: every load without a result fails with `reason`,
   // counted as `cause` (kSessionClosed, or kShutdown when the node stops).
-  ClientCloseResult Close(const std::string& reason, LoadFailure cause = LoadFailure::kSessionClosed);
+  ClientCloseResult Close(const std::string& reason, JobFailure cause = JobFailure::kSessionClosed);
 
   // A load whose round is not retired yet: in flight, or aborted and
   // awaiting abort_ack (its late frames are still expected).

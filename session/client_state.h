@@ -64,7 +64,7 @@ enum class Phase : uint8_t {
 // One load, from its fetch until its round is retired.
 // How a load failed: the cause (for counting) and the reason (for people).
 struct LoadFailureReport {
-  LoadFailure cause;
+  JobFailure cause;
   std::string reason;
 };
 

@@ -98,7 +98,7 @@ struct PeerSession::Impl {
   Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
   void OnTick();
   std::optional<TimePoint> NextDeadline() const;
-  void Close(const std::string& reason, bool notify_peer, LoadFailure load_failure = LoadFailure::kSessionClosed);
+  void Close(const std::string& reason, bool notify_peer, JobFailure failure = JobFailure::kSessionClosed);
   SessionResults TakeResults();
 
   void GatedSend(OutFrame frame);
@@ -345,7 +345,7 @@ std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   return next;
 }
 
-void PeerSession::Impl::Close(const std::string& reason, bool notify_peer, LoadFailure load_failure) {
+void PeerSession::Impl::Close(const std::string& reason, bool notify_peer, JobFailure failure) {
   if (state == State::kClosed) return;
   // Results the roles already hold are collected first, so the roles' Close
   // reports only what is still open and no job is reported twice.
@@ -360,10 +360,10 @@ void PeerSession::Impl::Close(const std::string& reason, bool notify_peer, LoadF
   close_reason = reason.empty() ? "closed" : reason;
   queued.clear();  // their work fails below
   ping_nonce.reset();
-  ClientCloseResult client_result = client->Close(close_reason, load_failure);
+  ClientCloseResult client_result = client->Close(close_reason, failure);
   Append(closed_results.loads, std::move(client_result.failed_loads));
   Append(closed_results.failed_request_ids, std::move(client_result.failed_request_ids));
-  Append(closed_results.stores, server->Close(close_reason));
+  Append(closed_results.stores, server->Close(close_reason, failure));
 }
 
 SessionResults PeerSession::Impl::TakeResults() {
@@ -509,8 +509,8 @@ void PeerSession::FinishServer(const std::string& kv_request_id) {
 void PeerSession::NoteBytesReceived() { impl_->Received(); }
 
 SessionResults PeerSession::TakeResults() { return impl_->TakeResults(); }
-void PeerSession::Close(const std::string& reason, bool notify_peer, LoadFailure load_failure) {
-  impl_->Close(reason, notify_peer, load_failure);
+void PeerSession::Close(const std::string& reason, bool notify_peer, JobFailure failure) {
+  impl_->Close(reason, notify_peer, failure);
 }
 size_t PeerSession::LoadsInFlight() const { return impl_->client->LoadsInFlight(); }
 size_t PeerSession::RoundsServing() const { return impl_->server->RoundsServing(); }

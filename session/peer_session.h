@@ -195,9 +195,9 @@ class PeerSession {
   // Ends the session: sends disconnect{reason} when `notify_peer`, then ends
   // every load and store job with a failure result (returned by the next
   // TakeResults, together with the failed request ids); failed loads count
-  // as `load_failure` (kShutdown when the node stops). Idempotent.
+  // as `failure` (kShutdown when the node stops). Idempotent.
   void Close(const std::string& reason, bool notify_peer = true,
-             LoadFailure load_failure = LoadFailure::kSessionClosed);
+             JobFailure failure = JobFailure::kSessionClosed);
 
   size_t LoadsInFlight() const;
   size_t RoundsServing() const;

@@ -76,6 +76,7 @@ struct ServerRole::Impl {
   bool closed = false;
   bool checksums = false;  // the xxh3 feature is on: every data frame carries block_data.xxh3
   std::string close_reason;
+  JobFailure close_failure = JobFailure::kSessionClosed;  // what stores refused after close fail with
   size_t open_rounds = 0;  // entries of every request's `rounds`
   std::vector<JobId> last_frame_jobs;  // store jobs with a block in the last data frame (OnDataFrameTorn)
   uint64_t rounds_refused = 0;
@@ -133,7 +134,9 @@ struct ServerRole::Impl {
   bool TryBind(RequestState& request, const std::string& kv, JobId id, StoreLedger::Job& job);
   void OnBlockSent(JobId id);
   void SettleIfIdle(JobId id);
-  void EndRound(RoundKey key, bool success, const std::string& reason, bool send_done);
+  // `lost` is what the round's store jobs that lose blocks fail with.
+  void EndRound(RoundKey key, bool success, const std::string& reason, bool send_done,
+                JobFailure lost = JobFailure::kNotServed);
   void EndIfStalled(const RoundKey& key);
   void Expire(JobId id);
   void ExpireRound(const RoundKey& key);
@@ -310,8 +313,10 @@ void ServerRole::Impl::CloseRequest(const std::string& kv) {
   for (const auto& [seq, round] : rit->second.rounds) {
     if (!round.has_demand) idle.push_back(seq);
   }
-  for (JobId id : unbound) ledger.Fail(id, "peer ended kv_request_id " + kv + " without fetching these blocks");
-  for (RoundSeq seq : idle) EndRound({kv, seq}, false, {}, /*send_done=*/false);
+  for (JobId id : unbound) {
+    ledger.Fail(id, JobFailure::kUnfetched, "peer ended kv_request_id " + kv + " without fetching these blocks");
+  }
+  for (RoundSeq seq : idle) EndRound({kv, seq}, false, {}, /*send_done=*/false, JobFailure::kUnfetched);
   Prune(kv);
 }
 
@@ -320,8 +325,10 @@ void ServerRole::Impl::CloseRequest(const std::string& kv) {
 void ServerRole::AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
                            std::vector<PinRef> blocks) {
   Impl& s = *impl_;
-  const auto reject = [&](std::string why) { s.ledger.Record(JobResult{job_id, kv_request_id, false, std::move(why)}); };
-  if (s.closed) return reject(s.close_reason);
+  const auto reject = [&](std::string why, JobFailure cause = JobFailure::kRefused) {
+    s.ledger.Record(JobResult{job_id, kv_request_id, false, std::move(why), cause});
+  };
+  if (s.closed) return reject(s.close_reason, s.close_failure);
   if (keys.size() != blocks.size()) return reject("store has " + std::to_string(keys.size()) + " keys but " +
                                                   std::to_string(blocks.size()) + " blocks");
   if (std::any_of(blocks.begin(), blocks.end(), [](const PinRef& pin) { return !pin; })) {
@@ -390,7 +397,7 @@ void ServerRole::Impl::SettleIfIdle(JobId id) {
   if (job->lost.empty()) {
     ledger.Succeed(id);
   } else {
-    ledger.Fail(id, job->lost);
+    ledger.Fail(id, job->lost_cause, job->lost);
   }
 }
 
@@ -399,7 +406,8 @@ void ServerRole::Impl::SettleIfIdle(JobId id) {
 // The only place a round ends. It is removed from the map before anything
 // else happens and every caller finds it by key, so a second trigger for
 // the same round finds nothing: a round ends exactly once (E57).
-void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& reason, bool send_done) {
+void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& reason, bool send_done,
+                                JobFailure lost) {
   auto rit = requests.find(key.first);
   if (rit == requests.end()) return;
   auto it = rit->second.rounds.find(key.second);
@@ -416,7 +424,10 @@ void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& r
     StoreLedger::Job* job = block.job ? ledger.Find(*block.job) : nullptr;
     if (!job) continue;
     --job->queued;
-    if (job->lost.empty()) job->lost = why;
+    if (job->lost.empty()) {
+      job->lost = why;
+      job->lost_cause = lost;
+    }
     touched.insert(*block.job);
   }
   round.queue.clear();  // no settled job's slot may be read after this
@@ -456,7 +467,7 @@ void ServerRole::OnAbortFetch(const protocol::AbortFetch& message) {
   if (s.closed || s.acked.Contains(key)) return;  // one ack per round (E42)
   // abort_ack is the round's terminal, so no transfer_done. A frame already
   // produced is ahead of the ack on the wire and the consumer discards it.
-  s.EndRound(key, false, RoundName(key) + " aborted by the peer", /*send_done=*/false);
+  s.EndRound(key, false, RoundName(key) + " aborted by the peer", /*send_done=*/false, JobFailure::kAborted);
   s.send(OutFrame{protocol::AbortAck{message.kv_request_id, message.round_seq}, {}});
   s.acked.Insert(key);
 }
@@ -534,9 +545,12 @@ void ServerRole::OnDataFrameTorn(const std::string& kv_request_id, protocol::Rou
   if (s.closed) return;
   for (JobId id : s.last_frame_jobs) {
     if (StoreLedger::Job* job = s.ledger.Find(id)) {
-      if (job->lost.empty()) job->lost = reason;  // fails once its other blocks are out
+      if (job->lost.empty()) {  // fails once its other blocks are out
+        job->lost = reason;
+        job->lost_cause = JobFailure::kNotServed;
+      }
     } else {
-      s.ledger.FailHeld(id, reason);  // succeeded with this frame: the result is still held
+      s.ledger.FailHeld(id, JobFailure::kNotServed, reason);  // succeeded with this frame: the result is still held
     }
   }
   s.last_frame_jobs.clear();
@@ -556,7 +570,7 @@ void ServerRole::Impl::Expire(JobId id) {
   StoreLedger::Job* job = ledger.Find(id);
   if (!job) return;
   const std::string kv = job->kv_request_id;
-  ledger.Fail(id, "store job " + std::to_string(id) + " for kv_request_id " + kv + ": not fetched within " +
+  ledger.Fail(id, JobFailure::kTimeout, "store job " + std::to_string(id) + " for kv_request_id " + kv + ": not fetched within " +
                       Seconds(config.store_timeout));
   std::erase(requests[kv].unbound, id);
   Prune(kv);
@@ -621,11 +635,12 @@ bool ServerRole::Serves(const std::string& kv_request_id) const { return impl_->
 // Results decided before the close (even those held for an unwritten frame)
 // are returned too, so no job is left without one (E58). The caller stops
 // the writer before handing them to engines.
-std::vector<JobResult> ServerRole::Close(const std::string& reason) {
+std::vector<JobResult> ServerRole::Close(const std::string& reason, JobFailure failure) {
   Impl& s = *impl_;
   if (s.closed) return s.ledger.TakeResults();
   s.closed = true;
   s.close_reason = reason;
+  s.close_failure = failure;
   s.requests.clear();  // drops every round's pins
   s.bound_ids.clear();  // the daemon drops a closed session's bindings itself
   s.ended_fetch_ids.clear();
@@ -633,7 +648,7 @@ std::vector<JobResult> ServerRole::Close(const std::string& reason) {
   s.open_key_bytes = 0;
   s.round_deadlines.clear();
   s.ready.clear();
-  return s.ledger.CloseAll(reason);
+  return s.ledger.CloseAll(failure, reason);
 }
 
 size_t ServerRole::RoundsServing() const {

@@ -142,7 +142,9 @@ class ServerRole {
 
   // Ends everything: every store job without a result fails with `reason`
   // (results already queued are included), every pin is dropped.
-  std::vector<JobResult> Close(const std::string& reason);
+  // Store jobs still open fail as `failure` (kSessionClosed, or kShutdown
+  // when the node stops).
+  std::vector<JobResult> Close(const std::string& reason, JobFailure failure = JobFailure::kSessionClosed);
 
   size_t RoundsServing() const;
   // Every open round, with or without demand (what max_rounds bounds).

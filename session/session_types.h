@@ -98,17 +98,25 @@ struct ChecksumFailure {
   uint64_t landed = 0;    // what the slot holds
 };
 
-// Why a load failed, as a value: metric labels, counters and branches come
-// from it, never from JobResult::reason, which is for people (rewording a
-// message must not move a metric).
-enum class LoadFailure : uint8_t {
-  kNone,             // not a failed load (a success, or a store's result)
-  kTimeout,          // the load timeout passed (wire-protocol.md 7.4)
+// Why a load or a store job failed, as a value: metric labels, counters and
+// branches come from it, never from JobResult::reason, which is for people
+// (rewording a message must not move a metric, and a peer's words must not
+// choose one).
+enum class JobFailure : uint8_t {
+  kNone,             // succeeded
+  // Loads (client role).
+  kTimeout,          // the load timeout passed (wire-protocol.md 7.4); a store: nobody fetched in time
   kRequestFinished,  // its engine finished the request while it was in flight (7.5)
   kPeerFailed,       // the producer answered transfer_done{success:false}
   kIncomplete,       // transfer_done before every block arrived (7.3)
   kChecksum,         // a block did not match its xxh3 (7.10)
   kSlotsUnmapped,    // the destination region shrank under the load
+  // Store jobs (server role supply).
+  kUnfetched,        // the consumer finished the request without fetching the blocks
+  kAborted,          // the consumer aborted the fetch
+  kNotServed,        // the round serving them ended otherwise (a torn source, a timeout)
+  kRefused,          // the store itself was not acceptable (AddSupply's checks)
+  // Either.
   kShutdown,         // this node is shutting down
   kSessionClosed,    // the peer session ended; the reason says why
 };
@@ -118,7 +126,7 @@ struct JobResult {
   std::string kv_request_id;
   bool success = false;
   std::string reason;  // empty on success; says why on failure
-  LoadFailure load_failure = LoadFailure::kNone;  // a failed load's cause
+  JobFailure failure = JobFailure::kNone;  // a failed load's cause
 };
 
 // What the server role did to bound a peer's rounds (wire-protocol.md

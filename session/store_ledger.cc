@@ -21,15 +21,15 @@ void StoreLedger::StopTimer(JobId id) {
   if (const Job* job = Find(id)) deadlines_.erase({job->deadline, id});
 }
 
-void StoreLedger::Succeed(JobId id) { End(id, true, {}); }
+void StoreLedger::Succeed(JobId id) { End(id, true, {}, JobFailure::kNone); }
 
-void StoreLedger::Fail(JobId id, std::string reason) { End(id, false, std::move(reason)); }
+void StoreLedger::Fail(JobId id, JobFailure cause, std::string reason) { End(id, false, std::move(reason), cause); }
 
-void StoreLedger::End(JobId id, bool success, std::string reason) {
+void StoreLedger::End(JobId id, bool success, std::string reason, JobFailure cause) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   deadlines_.erase({it->second.deadline, id});
-  Record(JobResult{id, std::move(it->second.kv_request_id), success, std::move(reason)});
+  Record(JobResult{id, std::move(it->second.kv_request_id), success, std::move(reason), cause});
   // Dropping the job drops the pins it still parks.
   jobs_.erase(it);
 }
@@ -55,11 +55,12 @@ void StoreLedger::OnFrameWritten() {
   held_.clear();
 }
 
-void StoreLedger::FailHeld(JobId id, const std::string& reason) {
+void StoreLedger::FailHeld(JobId id, JobFailure cause, const std::string& reason) {
   for (JobResult& result : held_) {
     if (result.job_id != id || !result.success) continue;
     result.success = false;
     result.reason = reason;
+    result.failure = cause;
   }
 }
 
@@ -69,11 +70,11 @@ std::vector<JobResult> StoreLedger::TakeResults() {
   return out;
 }
 
-std::vector<JobResult> StoreLedger::CloseAll(const std::string& reason) {
+std::vector<JobResult> StoreLedger::CloseAll(JobFailure cause, const std::string& reason) {
   std::vector<JobId> open;
   for (const auto& [id, job] : jobs_) open.push_back(id);
   std::sort(open.begin(), open.end());
-  for (JobId id : open) Fail(id, reason);
+  for (JobId id : open) Fail(id, cause, reason);
   OnFrameWritten();
   return TakeResults();
 }

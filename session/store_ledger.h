@@ -44,6 +44,7 @@ class StoreLedger {
     // Why some of its queued blocks were never sent; empty while none was
     // lost. Decides the result once nothing of the job is queued any more.
     std::string lost;
+    JobFailure lost_cause = JobFailure::kNone;
   };
 
   // REQUIRES: !IsOpen(id).
@@ -55,7 +56,7 @@ class StoreLedger {
 
   // End an open job with its one result; no-op when the job is not open.
   void Succeed(JobId id);
-  void Fail(JobId id, std::string reason);
+  void Fail(JobId id, JobFailure cause, std::string reason);
   // The result of a job that was never opened (rejected at AddSupply).
   void Record(JobResult result);
 
@@ -68,18 +69,18 @@ class StoreLedger {
   void OnFrameWritten();
   bool HasHeldResults() const { return !held_.empty(); }
   // A held success of `id` becomes a failure (its last frame was torn).
-  void FailHeld(JobId id, const std::string& reason);
+  void FailHeld(JobId id, JobFailure cause, const std::string& reason);
 
   std::vector<JobResult> TakeResults();
   // Fails every open job with `reason` and returns every result not taken
   // yet, held ones included (E58). The caller makes sure no frame is still
   // being written when it hands them on.
-  std::vector<JobResult> CloseAll(const std::string& reason);
+  std::vector<JobResult> CloseAll(JobFailure cause, const std::string& reason);
 
   size_t open_jobs() const { return jobs_.size(); }
 
  private:
-  void End(JobId id, bool success, std::string reason);
+  void End(JobId id, bool success, std::string reason, JobFailure cause);
 
   std::unordered_map<JobId, Job> jobs_;
   std::set<std::pair<TimePoint, JobId>> deadlines_;  // the open jobs that still time out

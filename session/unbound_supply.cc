@@ -5,8 +5,8 @@
 namespace kvpeer::session {
 namespace {
 
-JobResult Failure(const ParkedStore& store, std::string reason) {
-  return JobResult{store.job_id, store.kv_request_id, false, std::move(reason)};
+JobResult Failure(const ParkedStore& store, JobFailure cause, std::string reason) {
+  return JobResult{store.job_id, store.kv_request_id, false, std::move(reason), cause};
 }
 
 }  // namespace
@@ -48,21 +48,23 @@ std::vector<JobResult> UnboundSupply::OnTick(TimePoint now) {
   const std::string limit = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count());
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
     ParkedStore store = Remove(deadlines_.begin()->second);
-    failed.push_back(Failure(store, "no peer fetched kv_request_id " + store.kv_request_id + " within " + limit + " s"));
+    failed.push_back(Failure(store, JobFailure::kTimeout,
+                             "no peer fetched kv_request_id " + store.kv_request_id + " within " + limit + " s"));
   }
   return failed;
 }
 
-std::vector<JobResult> UnboundSupply::Cancel(const std::string& kv_request_id, const std::string& reason) {
+std::vector<JobResult> UnboundSupply::Cancel(const std::string& kv_request_id, JobFailure cause,
+                                             const std::string& reason) {
   std::vector<JobResult> failed;
-  for (const ParkedStore& store : Take(kv_request_id)) failed.push_back(Failure(store, reason));
+  for (const ParkedStore& store : Take(kv_request_id)) failed.push_back(Failure(store, cause, reason));
   return failed;
 }
 
-std::vector<JobResult> UnboundSupply::CancelAll(const std::string& reason) {
+std::vector<JobResult> UnboundSupply::CancelAll(JobFailure cause, const std::string& reason) {
   std::vector<JobResult> failed;
   while (!by_kv_.empty()) {
-    std::vector<JobResult> some = Cancel(by_kv_.begin()->first, reason);
+    std::vector<JobResult> some = Cancel(by_kv_.begin()->first, cause, reason);
     failed.insert(failed.end(), some.begin(), some.end());
   }
   return failed;

@@ -55,8 +55,8 @@ class UnboundSupply {
   std::vector<JobResult> OnTick(TimePoint now);
   // Fails the jobs of one request (e.g. its engine went away) / of all
   // (shutdown), with `reason`.
-  std::vector<JobResult> Cancel(const std::string& kv_request_id, const std::string& reason);
-  std::vector<JobResult> CancelAll(const std::string& reason);
+  std::vector<JobResult> Cancel(const std::string& kv_request_id, JobFailure cause, const std::string& reason);
+  std::vector<JobResult> CancelAll(JobFailure cause, const std::string& reason);
 
   // When the oldest parked job times out; none when nothing is parked.
   std::optional<TimePoint> NextDeadline() const;

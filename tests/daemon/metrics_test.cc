@@ -252,26 +252,26 @@ TEST_CASE("close and failure reasons map to their fixed labels") {
   CHECK(close("?") == "other");
 
   // A load's label comes from its cause, whatever its reason says.
-  const auto load = [](session::LoadFailure cause) { return std::string(kLoadFailureLabels[LoadFailureLabel(cause)]); };
-  CHECK(load(session::LoadFailure::kTimeout) == "timeout");
-  CHECK(load(session::LoadFailure::kRequestFinished) == "request_finished");
-  CHECK(load(session::LoadFailure::kPeerFailed) == "peer_failed");
-  CHECK(load(session::LoadFailure::kIncomplete) == "incomplete");
-  CHECK(load(session::LoadFailure::kChecksum) == "checksum");
-  CHECK(load(session::LoadFailure::kShutdown) == "shutdown");
-  CHECK(load(session::LoadFailure::kSessionClosed) == "session_closed");
-  CHECK(load(session::LoadFailure::kSlotsUnmapped) == "session_closed");
+  const auto load = [](session::JobFailure cause) { return std::string(kLoadFailureLabels[LoadFailureLabel(cause)]); };
+  CHECK(load(session::JobFailure::kTimeout) == "timeout");
+  CHECK(load(session::JobFailure::kRequestFinished) == "request_finished");
+  CHECK(load(session::JobFailure::kPeerFailed) == "peer_failed");
+  CHECK(load(session::JobFailure::kIncomplete) == "incomplete");
+  CHECK(load(session::JobFailure::kChecksum) == "checksum");
+  CHECK(load(session::JobFailure::kShutdown) == "shutdown");
+  CHECK(load(session::JobFailure::kSessionClosed) == "session_closed");
+  CHECK(load(session::JobFailure::kSlotsUnmapped) == "session_closed");
 
-  const auto store = [](const std::string& reason) {
-    return std::string(kStoreFailureLabels[ClassifyStoreFailure(reason)]);
+  const auto store = [](session::JobFailure cause) {
+    return std::string(kStoreFailureLabels[StoreFailureLabel(cause)]);
   };
-  CHECK(store("store job 3 for kv_request_id r: not fetched within 60 s") == "timeout");
-  CHECK(store("no peer fetched kv_request_id r within 60 s") == "timeout");
-  CHECK(store("peer ended kv_request_id r without fetching these blocks") == "unfetched");
-  CHECK(store("round 4 of r aborted by the peer") == "aborted");
-  CHECK(store("kvpeerd is shutting down") == "shutdown");
-  CHECK(store("connection lost: reset") == "session_closed");
-  CHECK(store("round 4 of r failed") == "other");
+  CHECK(store(session::JobFailure::kTimeout) == "timeout");
+  CHECK(store(session::JobFailure::kUnfetched) == "unfetched");
+  CHECK(store(session::JobFailure::kAborted) == "aborted");
+  CHECK(store(session::JobFailure::kShutdown) == "shutdown");
+  CHECK(store(session::JobFailure::kSessionClosed) == "session_closed");
+  CHECK(store(session::JobFailure::kNotServed) == "other");
+  CHECK(store(session::JobFailure::kRefused) == "other");
 }
 
 // ---------------------------------------------------------------------------

@@ -303,6 +303,7 @@ TEST_CASE("E37 abort of round 0 fails its jobs promptly and leaves round 1 intac
   REQUIRE(results.size() == 1);
   REQUIRE(results[0].job_id == 1);
   REQUIRE_FALSE(results[0].success);
+  REQUIRE(results[0].failure == JobFailure::kAborted);
   REQUIRE(h.region->live_pins(1) == 0);
   REQUIRE(h.region->live_pins(2) == 1);
   h.Drain();
@@ -388,6 +389,7 @@ TEST_CASE("E43 store timeout fails the job once; later events add no second resu
   REQUIRE(results.size() == 1);
   REQUIRE_FALSE(results[0].success);
   REQUIRE(results[0].reason == "store job 1 for kv_request_id a: not fetched within 60 s");
+  REQUIRE(results[0].failure == JobFailure::kTimeout);
   REQUIRE(h.region->total_live_pins() == 0);
   REQUIRE(h.Fetch("a", {1}, {0}, 0).ok());  // too late: demand parks, no second result
   h.role->Finish("a");

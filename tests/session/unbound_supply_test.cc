@@ -99,11 +99,11 @@ TEST_CASE("unbound supply: Cancel and CancelAll fail jobs once with the reason",
   f.Add(2, "a", {2});
   f.Add(3, "b", {3});
   f.Add(4, "c", {4});
-  auto failed = f.supply.Cancel("a", "engine went away");
+  auto failed = f.supply.Cancel("a", JobFailure::kSessionClosed, "engine went away");
   REQUIRE(Ids(failed) == std::vector<JobId>{1, 2});
   REQUIRE(failed[0].reason == "engine went away");
-  REQUIRE(f.supply.Cancel("a", "again").empty());
-  failed = f.supply.CancelAll("shutting down");
+  REQUIRE(f.supply.Cancel("a", JobFailure::kSessionClosed, "again").empty());
+  failed = f.supply.CancelAll(JobFailure::kShutdown, "shutting down");
   REQUIRE(Ids(failed) == std::vector<JobId>{3, 4});
   REQUIRE(std::none_of(failed.begin(), failed.end(), [](const JobResult& r) { return r.success; }));
   REQUIRE(f.supply.empty());
