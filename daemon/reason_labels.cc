@@ -73,8 +73,17 @@ size_t LoadFailureLabel(session::JobFailure cause) {
     case session::JobFailure::kIncomplete: return IndexOf(labels, "incomplete");
     case session::JobFailure::kChecksum: return IndexOf(labels, "checksum");
     case session::JobFailure::kShutdown: return IndexOf(labels, "shutdown");
-    default: return IndexOf(labels, "session_closed");  // the session's close, or slots that vanished
+    // The session's close; slots that vanished were counted with it before
+    // causes were values. The rest are store causes, never a load's.
+    case session::JobFailure::kNone:
+    case session::JobFailure::kSlotsUnmapped:
+    case session::JobFailure::kSessionClosed:
+    case session::JobFailure::kUnfetched:
+    case session::JobFailure::kAborted:
+    case session::JobFailure::kNotServed:
+    case session::JobFailure::kRefused: break;
   }
+  return IndexOf(labels, "session_closed");
 }
 
 size_t StoreFailureLabel(session::JobFailure cause) {
@@ -85,8 +94,18 @@ size_t StoreFailureLabel(session::JobFailure cause) {
     case session::JobFailure::kAborted: return IndexOf(labels, "aborted");
     case session::JobFailure::kShutdown: return IndexOf(labels, "shutdown");
     case session::JobFailure::kSessionClosed: return IndexOf(labels, "session_closed");
-    default: return IndexOf(labels, "other");  // a torn source, a refused store, a load's cause
+    // A torn source or a round that ended otherwise, a refused store; the
+    // rest are load causes, never a store's.
+    case session::JobFailure::kNone:
+    case session::JobFailure::kNotServed:
+    case session::JobFailure::kRefused:
+    case session::JobFailure::kRequestFinished:
+    case session::JobFailure::kPeerFailed:
+    case session::JobFailure::kIncomplete:
+    case session::JobFailure::kChecksum:
+    case session::JobFailure::kSlotsUnmapped: break;
   }
+  return IndexOf(labels, "other");
 }
 
 }  // namespace kvpeer::daemon

@@ -1,7 +1,9 @@
-// Reason labels: the free-text reasons of closed sessions and failed jobs
-// (written for people: "config_fingerprint mismatch: ours \"a\", peer \"b\"")
-// mapped to a small fixed set of metric label values, so that a label can
-// never take unboundedly many values whatever a peer sends.
+// Reason labels: why sessions closed and jobs failed, mapped to a small
+// fixed set of metric label values, so that a label can never take
+// unboundedly many values whatever a peer sends. Failed loads and stores are
+// labelled from their cause (session::JobFailure); session closes and
+// handshake failures are still classified from their free-text reasons
+// (written for people: "config_fingerprint mismatch: ours \"a\", peer \"b\"").
 //
 // Each classifier returns an index into its label array; the last label of
 // each array is the catch-all.

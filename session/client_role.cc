@@ -17,7 +17,6 @@ namespace kvpeer::session {
 namespace {
 
 using client_detail::Load;
-using client_detail::LoadFailureReport;
 using client_detail::Phase;
 using client_detail::Probe;
 using client_detail::RequestState;
@@ -116,7 +115,7 @@ struct ClientRole::Impl {
     jobs_owing.erase(load.job_id);
     results.push_back(JobResult{load.job_id, load.kv_request_id, true, {}});
   }
-  void EmitFailure(Load& load, LoadFailureReport failure) {
+  void EmitFailure(Load& load, FailureReport failure) {
     jobs_owing.erase(load.job_id);
     results.push_back(
         JobResult{load.job_id, load.kv_request_id, false, std::move(failure.reason), failure.cause});
@@ -135,12 +134,12 @@ struct ClientRole::Impl {
                    const std::vector<protocol::BlockIndex>& indexes, const SlotSinkRef& sink) const;
   Status CheckConfirmedHits(const std::string& kv, const std::vector<Key>& keys) const;
   size_t SendLookups(const std::string& kv, RequestState& st);
-  void EndLoadLocally(RoundSeq round, Load& load, LoadFailureReport failure, TimePoint now);
+  void EndLoadLocally(RoundSeq round, Load& load, FailureReport failure, TimePoint now);
   void FireDeadline(RoundSeq round, TimePoint now);
   void Retire(RoundSeq round);
   void AfterFrame(RoundSeq round, Load& load);
   bool OwesEngine(const RequestState& st) const;
-  std::optional<LoadFailureReport> CheckLanded(const protocol::BlockData& message, Load& load);
+  std::optional<FailureReport> CheckLanded(const protocol::BlockData& message, Load& load);
 };
 
 Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
@@ -228,7 +227,7 @@ size_t ClientRole::Impl::SendLookups(const std::string& kv, RequestState& st) {
 // Finish and the load timeout end a load on our side: the peer is told to
 // stop, and the load fails now because this role controls every write into
 // its slots (late frames of the round are discarded until abort_ack).
-void ClientRole::Impl::EndLoadLocally(RoundSeq round, Load& load, LoadFailureReport failure, TimePoint now) {
+void ClientRole::Impl::EndLoadLocally(RoundSeq round, Load& load, FailureReport failure, TimePoint now) {
   Send(protocol::AbortFetch{load.kv_request_id, round});
   load.phase = Phase::kAborting;
   Schedule(round, load, now + config.abort_ack_timeout);
@@ -461,7 +460,7 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
   Load* load = impl_->FindLoad(message.kv_request_id, message.round_seq);
   if (load == nullptr || !load->slots.frame_open()) return;  // a discarded or abandoned frame
   impl_->open_frame_round.reset();
-  std::optional<LoadFailureReport> failure = impl_->CheckLanded(message, *load);
+  std::optional<FailureReport> failure = impl_->CheckLanded(message, *load);
   if (failure) {
     // The slots hold the bytes now, so the failure is reported at once.
     load->slots.DropFrame();
@@ -474,17 +473,17 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
 
 // Why the landed frame must not count (a block whose bytes do not match what
 // the producer hashed, or slots whose memory is gone), or nullopt.
-std::optional<LoadFailureReport> ClientRole::Impl::CheckLanded(const protocol::BlockData& message, Load& load) {
+std::optional<FailureReport> ClientRole::Impl::CheckLanded(const protocol::BlockData& message, Load& load) {
   if (!checksums) return std::nullopt;
   for (size_t i = 0; i < message.block_indexes.size(); ++i) {
     const protocol::BlockIndex index = message.block_indexes[i];
     const std::optional<uint64_t> landed = load.slots.LandedChecksum(index);
-    if (!landed) return LoadFailureReport{JobFailure::kSlotsUnmapped, kSlotsUnmapped};
+    if (!landed) return FailureReport{JobFailure::kSlotsUnmapped, kSlotsUnmapped};
     const uint64_t expected = message.xxh3.values[i];
     if (*landed == expected) continue;
     const Key& key = load.keys[load.slots.PositionOf(index)];
     checksum_failures.push_back(ChecksumFailure{load.kv_request_id, key, index, expected, *landed});
-    return LoadFailureReport{JobFailure::kChecksum,
+    return FailureReport{JobFailure::kChecksum,
                              "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) +
                                  "): the peer sent xxh3 " + protocol::ChecksumHex(expected) +
                                  ", the bytes that landed hash to " + protocol::ChecksumHex(*landed)};
@@ -524,7 +523,7 @@ void ClientRole::AbandonOpenFrame() {
 // happens now.
 void ClientRole::Impl::AfterFrame(RoundSeq round, Load& load) {
   if (load.deferred_failure) {
-    LoadFailureReport failure = std::move(*load.deferred_failure);
+    FailureReport failure = std::move(*load.deferred_failure);
     load.deferred_failure.reset();
     EmitFailure(load, std::move(failure));
   }

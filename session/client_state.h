@@ -62,12 +62,6 @@ enum class Phase : uint8_t {
 };
 
 // One load, from its fetch until its round is retired.
-// How a load failed: the cause (for counting) and the reason (for people).
-struct LoadFailureReport {
-  JobFailure cause;
-  std::string reason;
-};
-
 struct Load {
   Load(JobId job, std::string kv, std::vector<protocol::Key> fetched, LoadSlots destination)
       : job_id(job), kv_request_id(std::move(kv)), keys(std::move(fetched)), slots(std::move(destination)) {}
@@ -84,7 +78,7 @@ struct Load {
   // The failure of a load ended locally while one of its frames was open.
   // Reported when that payload lands, so no slot is written after its
   // load's result has been reported.
-  std::optional<LoadFailureReport> deferred_failure;
+  std::optional<FailureReport> deferred_failure;
   // The retirement deadline passed while a frame was open; the round is
   // retired once that payload has landed (its slots are in use until then).
   bool retire_after_frame = false;

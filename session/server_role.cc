@@ -394,10 +394,10 @@ void ServerRole::Impl::OnBlockSent(JobId id) {
 void ServerRole::Impl::SettleIfIdle(JobId id) {
   StoreLedger::Job* job = ledger.Find(id);
   if (!job || !job->bound || job->queued > 0) return;
-  if (job->lost.empty()) {
+  if (!job->lost) {
     ledger.Succeed(id);
   } else {
-    ledger.Fail(id, job->lost_cause, job->lost);
+    ledger.Fail(id, job->lost->cause, job->lost->reason);
   }
 }
 
@@ -424,10 +424,7 @@ void ServerRole::Impl::EndRound(RoundKey key, bool success, const std::string& r
     StoreLedger::Job* job = block.job ? ledger.Find(*block.job) : nullptr;
     if (!job) continue;
     --job->queued;
-    if (job->lost.empty()) {
-      job->lost = why;
-      job->lost_cause = lost;
-    }
+    if (!job->lost) job->lost = FailureReport{lost, why};
     touched.insert(*block.job);
   }
   round.queue.clear();  // no settled job's slot may be read after this
@@ -545,10 +542,8 @@ void ServerRole::OnDataFrameTorn(const std::string& kv_request_id, protocol::Rou
   if (s.closed) return;
   for (JobId id : s.last_frame_jobs) {
     if (StoreLedger::Job* job = s.ledger.Find(id)) {
-      if (job->lost.empty()) {  // fails once its other blocks are out
-        job->lost = reason;
-        job->lost_cause = JobFailure::kNotServed;
-      }
+      // It fails once its other blocks are out.
+      if (!job->lost) job->lost = FailureReport{JobFailure::kNotServed, reason};
     } else {
       s.ledger.FailHeld(id, JobFailure::kNotServed, reason);  // succeeded with this frame: the result is still held
     }

@@ -121,6 +121,12 @@ enum class JobFailure : uint8_t {
   kSessionClosed,    // the peer session ended; the reason says why
 };
 
+// How a job failed: the cause (for counting) and the reason (for people).
+struct FailureReport {
+  JobFailure cause;
+  std::string reason;
+};
+
 struct JobResult {
   JobId job_id = 0;
   std::string kv_request_id;

@@ -41,10 +41,9 @@ class StoreLedger {
     std::vector<std::pair<protocol::Key, PinRef>> parked;
     size_t queued = 0;  // blocks waiting in rounds' queues
     size_t sent = 0;    // blocks handed to a frame
-    // Why some of its queued blocks were never sent; empty while none was
+    // Why some of its queued blocks were never sent; nullopt while none was
     // lost. Decides the result once nothing of the job is queued any more.
-    std::string lost;
-    JobFailure lost_cause = JobFailure::kNone;
+    std::optional<FailureReport> lost;
   };
 
   // REQUIRES: !IsOpen(id).
