@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <string>
 
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::config {
 

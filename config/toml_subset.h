@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::config {
 

@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::protocol {
 

@@ -12,7 +12,7 @@
 
 #include "protocol/limits.h"
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::protocol {
 

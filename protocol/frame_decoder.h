@@ -24,7 +24,7 @@
 #include "protocol/codec.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::protocol {
 

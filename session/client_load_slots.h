@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 #include "session/client_role.h"
 #include "session/session_types.h"
 

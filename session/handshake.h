@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::session {
 

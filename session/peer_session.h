@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 #include "session/client_role.h"
 #include "session/handshake.h"
 #include "session/server_role.h"

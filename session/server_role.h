@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 #include "session/session_types.h"
 
 namespace kvpeer::session {

@@ -15,7 +15,7 @@
 
 #include "protocol/codec.h"
 #include "protocol/messages.h"
-#include "protocol/status.h"
+#include "base/status.h"
 
 namespace kvpeer::protocol::testing {
 
