@@ -1,37 +1,18 @@
-// Errors of the control API (docs/control-api.md, "2. Errors"), as values.
+// The control API's error codes (docs/control-api.md, "2. Errors").
+//
+// Failures in the daemon are Status values (base/status.h) whose codes
+// include one per API error class; this is the one place that names them on
+// the wire.
 #pragma once
 
-#include <optional>
-#include <string>
 #include <string_view>
+
+#include "base/status.h"
 
 namespace kvpeer::daemon {
 
-enum class ErrorCode {
-  kBadRequest,
-  kUnknownOp,
-  kIncompatible,
-  kNoRegion,
-  kOutOfRange,
-  kConflict,
-  kNotFound,
-  kPeerUnavailable,
-  kTooLarge,
-  kShuttingDown,
-  kInternal,
-};
-
-// The wire name of a code: "bad_request", "peer_unavailable", ...
-std::string_view ErrorCodeName(ErrorCode code);
-
-struct ApiError {
-  ErrorCode code;
-  std::string message;  // which field, which value, what is allowed
-};
-
-// nullopt = success.
-using ApiStatus = std::optional<ApiError>;
-
-inline ApiStatus Fail(ErrorCode code, std::string message) { return ApiError{code, std::move(message)}; }
+// The wire name of a failed status's class: "bad_request",
+// "peer_unavailable", ... REQUIRES: !status.ok()
+std::string_view ApiErrorCode(const Status& status);
 
 }  // namespace kvpeer::daemon

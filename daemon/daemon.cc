@@ -158,8 +158,8 @@ int Daemon::Run() {
   options.allow_gids = settings_.allow_gids;
   options.max_connections = settings_.max_control_connections;
   parts_->control = std::make_unique<ControlServer>(io_, std::move(options), parts_->engines);
-  if (ApiStatus error = parts_->control->Start()) {
-    spdlog::error("cannot open control socket: {}", error->message);
+  if (Status error = parts_->control->Start(); !error.ok()) {
+    spdlog::error("cannot open control socket: {}", error.message());
     return 1;
   }
   if (settings_.metrics_listen) {

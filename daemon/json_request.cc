@@ -133,16 +133,16 @@ std::string_view JsonKind(const json::value& value) {
 }
 
 void RequestReader::Fail(std::string_view name, const std::string& rule) {
-  if (!status_) status_ = ApiError{ErrorCode::kBadRequest, "field '" + std::string(name) + "' " + rule};
+  if (status_.ok()) status_ = Status::Invalid("field '" + std::string(name) + "' " + rule);
 }
 
 const json::value* RequestReader::Present(std::string_view name) {
-  if (status_) return nullptr;
+  if (!status_.ok()) return nullptr;
   return request_.if_contains(name);
 }
 
 const json::value* RequestReader::Required(std::string_view name) {
-  if (status_) return nullptr;
+  if (!status_.ok()) return nullptr;
   const json::value* value = request_.if_contains(name);
   if (value == nullptr) Fail(name, "is required");
   return value;
@@ -233,14 +233,14 @@ void RequestReader::OptionalUint(std::string_view name, uint64_t max, std::optio
   if (Present(name) == nullptr) return;
   uint64_t parsed = 0;
   Uint(name, max, &parsed);
-  if (!status_) *out = parsed;
+  if (status_.ok()) *out = parsed;
 }
 
 void RequestReader::OptionalBool(std::string_view name, std::optional<bool>* out) {
   if (Present(name) == nullptr) return;
   bool parsed = false;
   Bool(name, &parsed);
-  if (!status_) *out = parsed;
+  if (status_.ok()) *out = parsed;
 }
 
 void RequestReader::OptionalString(std::string_view name, size_t min_chars, size_t max_chars,
@@ -248,11 +248,11 @@ void RequestReader::OptionalString(std::string_view name, size_t min_chars, size
   if (Present(name) == nullptr) return;
   std::string parsed;
   String(name, min_chars, max_chars, &parsed);
-  if (!status_) *out = std::move(parsed);
+  if (status_.ok()) *out = std::move(parsed);
 }
 
 void RequestReader::SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size) {
-  if (status_ || size == other_size) return;
+  if (!status_.ok() || size == other_size) return;
   Fail(name, "must have as many items as '" + std::string(other) + "' (" + std::to_string(other_size) + "), has " +
                  std::to_string(size));
 }

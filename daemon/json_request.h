@@ -74,8 +74,8 @@ class RequestReader {
   void SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size);
 
   bool has(std::string_view name) const { return request_.contains(name); }
-  const ApiStatus& status() const { return status_; }
-  bool ok() const { return !status_; }
+  const Status& status() const { return status_; }
+  bool ok() const { return status_.ok(); }
 
  private:
   // The field, or nullptr (recording "is required") when it is absent or an
@@ -86,7 +86,7 @@ class RequestReader {
   void Fail(std::string_view name, const std::string& rule);
 
   const boost::json::object& request_;
-  ApiStatus status_;
+  Status status_;
 };
 
 }  // namespace kvpeer::daemon

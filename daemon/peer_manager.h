@@ -118,18 +118,18 @@ class PeerManager : public PeerService, private ConnectionListener {
   void Shutdown(const std::string& reason);
 
   // PeerService
-  ApiStatus Lookup(const std::string& peer, const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
-                   bool flush, std::vector<session::ProbeAnswer>* answers) override;
+  Status Lookup(const std::string& peer, const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
+                bool flush, std::vector<session::ProbeAnswer>* answers) override;
   size_t FlushLookups() override;
-  ApiStatus Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                 std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
-                 session::SlotSinkRef sink) override;
+  Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+              std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+              session::SlotSinkRef sink) override;
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
   void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
               bool producer) override;
-  void Connect(const std::string& peer, std::function<void(ApiStatus)> done) override;
-  ApiStatus Disconnect(const std::string& peer) override;
+  void Connect(const std::string& peer, std::function<void(Status)> done) override;
+  Status Disconnect(const std::string& peer) override;
   boost::json::array PeersStatus() const override;
   void CollectMetrics(metrics::Registry& registry) const override;
 
@@ -147,7 +147,7 @@ class PeerManager : public PeerService, private ConnectionListener {
     session::Duration backoff = std::chrono::milliseconds(0);
     std::chrono::steady_clock::time_point backoff_until;
     std::optional<std::string> last_error;
-    std::vector<std::function<void(ApiStatus)>> connect_waiters;
+    std::vector<std::function<void(Status)>> connect_waiters;
     uint64_t bytes_sent_closed = 0;      // of connections already gone
     uint64_t bytes_received_closed = 0;
     ConnectionStats stats_closed;        // likewise
@@ -195,7 +195,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   void ScheduleReap();
   // The peer's session, dialling when there is none. Null (with *error)
   // while the peer backs off or the node is not configured.
-  PeerConnection* SessionFor(const std::string& peer, ApiStatus* error);
+  PeerConnection* SessionFor(const std::string& peer, Status* error);
   void Dial(const std::string& peer, Peer& entry);
   // An accepted connection just became ready: applies the duplicate and
   // restart rules (wire spec section 1) and makes it the peer's connection,

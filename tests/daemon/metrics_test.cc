@@ -338,7 +338,7 @@ constexpr uint64_t kBlockLen = 4096;
 struct Node {
   Node(asio::io_context& io, const std::string& fingerprint)
       : model(kBlockLen, fingerprint, "seed"), memfd(testing::MakeMemfd(4 * kBlockLen)) {
-    REQUIRE_FALSE(ShmRegion::MapFd(memfd.get(), {4, kBlockLen, 0}, &region));
+    REQUIRE(ShmRegion::MapFd(memfd.get(), {4, kBlockLen, 0}, &region).ok());
     index.AddEngine(1, region, nullptr);
     PeerManagerConfig config;
     config.listen_host = "127.0.0.1";
@@ -411,12 +411,12 @@ TEST_CASE("lookups, loads and closes are counted per peer and timed, on both sid
   const std::string peer_a = a.peers->listen_address();
 
   std::vector<session::ProbeAnswer> answers;
-  REQUIRE_FALSE(b.peers->Lookup(peer_a, "req-1", keys, true, &answers));
+  REQUIRE(b.peers->Lookup(peer_a, "req-1", keys, true, &answers).ok());
   REQUIRE(RunUntil(io, [&] {
     b.peers->Lookup(peer_a, "req-1", keys, false, &answers);
     return answers == std::vector<session::ProbeAnswer>{session::ProbeAnswer::kHit, session::ProbeAnswer::kHit};
   }));
-  REQUIRE_FALSE(b.peers->Load(7, peer_a, "req-1", keys, {2, 3}, MakeSlotSink(b.region)));
+  REQUIRE(b.peers->Load(7, peer_a, "req-1", keys, {2, 3}, MakeSlotSink(b.region)).ok());
   REQUIRE(RunUntil(io, [&] { return !b.sink.loads.empty(); }));
   REQUIRE(b.sink.loads[0].success);
 
@@ -446,7 +446,7 @@ TEST_CASE("lookups, loads and closes are counted per peer and timed, on both sid
   CHECK(SampleValue(on_a, "kvpeer_peer_dials_total", {{"peer", peer_b}}) == 0);
 
   // The operator closes B's session: "operator" on B, "peer_disconnected" on A.
-  REQUIRE_FALSE(b.peers->Disconnect(peer_a));
+  REQUIRE(b.peers->Disconnect(peer_a).ok());
   REQUIRE(RunUntil(io, [&] {
     auto value = SampleValue(a.Scrape(), "kvpeer_peer_sessions_closed_total", {{"reason", "peer_disconnected"}});
     return value && *value == 1;
@@ -471,11 +471,11 @@ TEST_CASE("a fingerprint mismatch is a handshake failure on both sides, logged w
   Node a(io, "fp-one");
   Node c(io, "fp-two");
   const std::string peer_a = a.peers->listen_address();
-  std::optional<ApiStatus> connected;
-  c.peers->Connect(peer_a, [&](ApiStatus status) { connected = std::move(status); });
+  std::optional<Status> connected;
+  c.peers->Connect(peer_a, [&](Status status) { connected = std::move(status); });
   REQUIRE(RunUntil(io, [&] { return connected.has_value(); }));
-  REQUIRE(connected->has_value());
-  CHECK((*connected)->code == ErrorCode::kPeerUnavailable);
+  REQUIRE_FALSE(connected->ok());
+  CHECK(connected->code() == Status::Code::kUnavailable);
   REQUIRE(RunUntil(io, [&] {
     auto value = SampleValue(a.Scrape(), "kvpeer_peer_handshake_failures_total", {{"reason", "config_fingerprint"}});
     return value && *value == 1;
