@@ -1,8 +1,10 @@
 // RequestReader: typed, rule-checking readers for the fields of one control
 // API request (docs/control-api.md).
 //
-// Every field rule is written once here and every op reads its fields with
-// these calls. The reader keeps the first failure and ignores later calls,
+// Every op reads its fields with these calls. The rules shared with the wire
+// (string length in characters, integer ranges, hex keys) are checked by
+// protocol/json_fields.h; this reader words their failures as the control
+// API's messages. The reader keeps the first failure and ignores later calls,
 // so an op reads straight through and checks status() once; the failure is
 // a bad_request whose message names the field, what was found and what is
 // allowed ("field 'block_ids' must be an array of integers, not a string").
