@@ -69,12 +69,18 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
 
 PeerManager::~PeerManager() = default;
 
-uint16_t PeerManager::Listen() {
-  tcp::endpoint endpoint(asio::ip::make_address(config_.listen_host), config_.listen_port);
-  acceptor_.open(endpoint.protocol());
-  acceptor_.set_option(tcp::acceptor::reuse_address(true));
-  acceptor_.bind(endpoint);
-  acceptor_.listen();
+StatusOr<uint16_t> PeerManager::Listen() {
+  // Asio's throwing calls word the failure as the log has always shown it
+  // ("bind: Address already in use"); it leaves here as a value.
+  try {
+    tcp::endpoint endpoint(asio::ip::make_address(config_.listen_host), config_.listen_port);
+    acceptor_.open(endpoint.protocol());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true));
+    acceptor_.bind(endpoint);
+    acceptor_.listen();
+  } catch (const boost::system::system_error& error) {
+    return Status::Unavailable(error.what());
+  }
   asio::co_spawn(io_, [this]() { return AcceptLoop(); }, asio::detached);
   ScheduleReap();
   return acceptor_.local_endpoint().port();

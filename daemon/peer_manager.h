@@ -31,6 +31,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/status_or.h"
 #include "daemon/counters.h"
 #include "daemon/limit_reporter.h"
 #include "daemon/metrics.h"
@@ -90,9 +91,9 @@ class PeerManager : public PeerService, private ConnectionListener {
               ResultSink& results);
   ~PeerManager() override;
 
-  // Binds the listener; returns the bound port (useful with port 0).
-  // Throws boost::system::system_error when the address cannot be bound.
-  uint16_t Listen();
+  // Binds the listener; returns the bound port (useful with port 0), or
+  // why the address cannot be bound.
+  StatusOr<uint16_t> Listen();
   std::string listen_address() const;
   // The node id is known only once the listener is bound (port 0).
   // REQUIRES: no session exists yet.

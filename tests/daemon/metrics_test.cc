@@ -345,7 +345,7 @@ struct Node {
     config.listen_port = 0;
     config.handshake_timeout = std::chrono::seconds(5);
     peers = std::make_unique<PeerManager>(io, config, model, index, sink);
-    peers->Listen();
+    REQUIRE(peers->Listen().ok());
     peers->set_node_id(peers->listen_address());
   }
   std::vector<ParsedSample> Scrape() const {
