@@ -162,8 +162,8 @@ int Daemon::Run() {
   if (settings_.metrics_listen) {
     parts_->metrics_http = std::make_unique<MetricsHttpServer>(io_, *settings_.metrics_listen,
                                                                [this] { return parts_->control->MetricsText(); });
-    if (std::string error = parts_->metrics_http->Start(); !error.empty()) {
-      spdlog::error("{}", error);
+    if (Status error = parts_->metrics_http->Start(); !error.ok()) {
+      spdlog::error("{}", error.message());
       return 1;
     }
   }

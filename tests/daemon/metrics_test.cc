@@ -518,7 +518,7 @@ TEST_CASE("the metrics listener answers GET /metrics with the text and everythin
     ++scrapes;
     return body;
   });
-  REQUIRE(server.Start().empty());
+  REQUIRE(server.Start().ok());
   const uint16_t port = static_cast<uint16_t>(std::stoi(server.address().substr(server.address().rfind(':') + 1)));
   auto guard = asio::make_work_guard(io);
   std::thread loop([&] { io.run(); });
@@ -552,10 +552,10 @@ TEST_CASE("the metrics listener answers GET /metrics with the text and everythin
 TEST_CASE("the metrics listener reports an address it cannot bind") {
   asio::io_context io;
   MetricsHttpServer first(io, {"127.0.0.1", 0}, [] { return std::string(); });
-  REQUIRE(first.Start().empty());
+  REQUIRE(first.Start().ok());
   const uint16_t port = static_cast<uint16_t>(std::stoi(first.address().substr(first.address().rfind(':') + 1)));
   MetricsHttpServer second(io, {"127.0.0.1", port}, [] { return std::string(); });
-  const std::string error = second.Start();
+  const std::string error = second.Start().message();
   CHECK(error.find("cannot listen on metrics-listen 127.0.0.1:" + std::to_string(port)) == 0);
 }
 
