@@ -149,9 +149,8 @@ Status ApplyPskFile(const std::vector<std::string>& raw, Settings* s) {
 
 Status ApplyAllowCidr(const std::vector<std::string>& raw, Settings* s) {
   for (const std::string& text : raw) {
-    std::string why;
-    std::optional<Cidr> block = Cidr::Parse(text, &why);
-    if (!block) return Status::Invalid(Quoted(text) + " is not a CIDR (" + why + ")");
+    StatusOr<Cidr> block = Cidr::Parse(text);
+    if (!block.ok()) return Status::Invalid(Quoted(text) + " is not a CIDR (" + block.status().message() + ")");
     s->allow_cidrs.push_back(*block);
   }
   return Status::Ok();
