@@ -122,17 +122,9 @@ std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
 }
 
 std::string_view JsonKind(const json::value& value) {
-  switch (value.kind()) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "a bool";
-    case json::kind::int64:
-    case json::kind::uint64: return "an integer";
-    case json::kind::double_: return "a number with a fraction or exponent";
-    case json::kind::string: return "a string";
-    case json::kind::array: return "an array";
-    case json::kind::object: return "an object";
-  }
-  return "a JSON value";
+  // Engines write JSON by hand more than peers do: name the number's form.
+  if (value.is_double()) return "a number with a fraction or exponent";
+  return protocol::JsonKindName(value);
 }
 
 void RequestReader::Fail(std::string_view name, const std::string& rule) {

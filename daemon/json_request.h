@@ -29,7 +29,8 @@
 
 namespace kvpeer::daemon {
 
-// "a string", "an integer", "null", ... for messages that say what was found.
+// "a string", "an integer", "null", ... for messages that say what was found;
+// protocol::JsonKindName but for numbers with fraction or exponent.
 std::string_view JsonKind(const boost::json::value& value);
 
 // Whether `value` holds, at any depth, a number out of double range (e.g.
