@@ -32,7 +32,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
-#include <boost/asio/write.hpp>
 
 namespace kvpeer::daemon {
 
