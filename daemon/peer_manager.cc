@@ -314,7 +314,7 @@ void PeerManager::SetState(Peer& entry, PeerState state) {
 // ---------------------------------------------------------------------------
 // Session activity
 
-void PeerManager::OnSessionActivity(PeerConnection& connection) {
+void PeerManager::OnSessionActivity(PeerConnection& connection, session::PeerSession& session) {
   auto self = connection.shared_from_this();
   if (handshaking_.contains(self)) {
     // Nothing before authentication: ready is reached only with the peer's
@@ -324,7 +324,7 @@ void PeerManager::OnSessionActivity(PeerConnection& connection) {
     ForgetHandshaking(self);
     AdoptInbound(connection);
   }
-  DeliverResults(connection);
+  DeliverResults(connection, session);
   auto it = peers_.find(connection.session().peer_id());
   if (it == peers_.end() || it->second.connection.get() != &connection) return;
   Peer& entry = it->second;
@@ -352,7 +352,7 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
     limits_.Hit(counters_, "limit_max_peers",
                 "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
                     std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
-    connection.Close("too many peers");
+    connection.Close(session::CloseCause::kTooManyPeers, "too many peers");
     return;
   }
   Peer& entry = peers_[peer];
@@ -364,14 +364,14 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
     session::ConnectionFacts incoming{true, false, connection.session().peer_connect()->epoch};
     switch (session::ArbitrateConnections(config_.node_id, peer, existing, incoming)) {
       case session::Arbitration::kCloseNewDuplicate:
-        connection.Close("duplicate");
+        connection.Close(session::CloseCause::kDuplicate, "duplicate");
         return;
       case session::Arbitration::kCloseOldDuplicate:
-        entry.connection->Close("duplicate");
+        entry.connection->Close(session::CloseCause::kDuplicate, "duplicate");
         break;
       case session::Arbitration::kReplaceOld:
         spdlog::info("peer {}: restarted (new epoch); closing the old session", peer);
-        entry.connection->Close("peer restarted");
+        entry.connection->Close(session::CloseCause::kPeerRestarted, "peer restarted");
         break;
       case session::Arbitration::kKeepBoth:
         break;
@@ -381,8 +381,8 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   entry.connection = self;
 }
 
-void PeerManager::DeliverResults(PeerConnection& connection) {
-  session::SessionResults results = connection.session().TakeResults();
+void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSession& session) {
+  session::SessionResults results = session.TakeResults();
   const std::string& peer = connection.session().peer_id();
   if (!results.loads.empty()) {
     auto it = peers_.find(peer);
@@ -393,7 +393,7 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
   for (const auto& load : results.loads) results_.OnLoadResult(load);
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
-  for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
+  for (const auto& kv : results.new_fetch_ids) BindSupply(session, kv);
   for (const auto& kv : results.ended_fetch_ids) UnbindEndedSupply(connection, kv);
   CountRoundEvents(connection, results.round_events);
 }
@@ -472,9 +472,10 @@ Status PeerManager::Lookup(const std::string& peer, const std::string& kv_reques
       return Status::Invalid(why);
     }
   }
-  for (const auto& key : keys) answers->push_back(connection->session().RegisterLookup(kv_request_id, key));
-  if (flush) connection->session().FlushPendingLookups();
-  connection->AfterExternalOp();
+  connection->WithSession([&](session::PeerSession& session) {
+    for (const auto& key : keys) answers->push_back(session.RegisterLookup(kv_request_id, key));
+    if (flush) session.FlushPendingLookups();
+  });
   return Status::Ok();
 }
 
@@ -482,8 +483,7 @@ size_t PeerManager::FlushLookups() {
   size_t sent = 0;
   for (auto& [peer, entry] : peers_) {
     if (!entry.connection || entry.connection->closed()) continue;
-    sent += entry.connection->session().FlushPendingLookups();
-    entry.connection->AfterExternalOp();
+    sent += entry.connection->WithSession([](session::PeerSession& session) { return session.FlushPendingLookups(); });
   }
   return sent;
 }
@@ -500,10 +500,12 @@ Status PeerManager::Load(session::JobId job_id, const std::string& peer, const s
     return error;
   }
   const LoadStart start{std::chrono::steady_clock::now(), keys.size() * model_.settings().block_len};
-  Status status =
-      connection->session().RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
-  if (status.ok()) load_starts_[job_id] = start;
-  connection->AfterExternalOp();
+  // The start is noted before the after-step, which may already report the load's result.
+  Status status = connection->WithSession([&](session::PeerSession& session) {
+    Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
+    if (requested.ok()) load_starts_[job_id] = start;
+    return requested;
+  });
   // Any failure but the caller's own request means the peer cannot serve it.
   if (!status.ok() && status.code() != Status::Code::kInvalid) return Status::Unavailable(status.message());
   return status;
@@ -515,8 +517,9 @@ void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id,
   if (binding != supply_bindings_.end()) {
     auto peer = peers_.find(binding->second);
     if (peer != peers_.end() && peer->second.connection && !peer->second.connection->closed()) {
-      peer->second.connection->session().AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
-      peer->second.connection->AfterExternalOp();
+      peer->second.connection->WithSession([&](session::PeerSession& session) {
+        session.AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
+      });
       return;
     }
   }
@@ -524,10 +527,10 @@ void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id,
   SweepUnboundSupply();
 }
 
-void PeerManager::BindSupply(PeerConnection& connection, const std::string& kv_request_id) {
-  supply_bindings_[kv_request_id] = connection.session().peer_id();
+void PeerManager::BindSupply(session::PeerSession& session, const std::string& kv_request_id) {
+  supply_bindings_[kv_request_id] = session.peer_id();
   for (auto& job : unbound_supply_.Take(kv_request_id)) {
-    connection.session().AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
+    session.AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
   }
 }
 
@@ -563,8 +566,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
   for (const std::string& peer : client_peers) {
     auto it = peers_.find(peer);
     if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) continue;
-    it->second.connection->session().FinishClient(kv_request_id);
-    it->second.connection->AfterExternalOp();
+    it->second.connection->WithSession([&](session::PeerSession& session) { session.FinishClient(kv_request_id); });
   }
   if (!producer) return;
   // Unbound supply stays: a prefiller finishes its request before the
@@ -572,8 +574,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
   supply_bindings_.erase(kv_request_id);
   for (auto& [peer, entry] : peers_) {
     if (!entry.connection || entry.connection->closed()) continue;
-    entry.connection->session().FinishServer(kv_request_id);
-    entry.connection->AfterExternalOp();
+    entry.connection->WithSession([&](session::PeerSession& session) { session.FinishServer(kv_request_id); });
   }
 }
 
@@ -608,7 +609,7 @@ Status PeerManager::Disconnect(const std::string& peer) {
     return Status::NotFound("no session with peer '" + peer + "'");
   }
   auto connection = it->second.connection;  // keeps it alive through Close
-  connection->Close("disconnected by operator");
+  connection->Close(session::CloseCause::kOperator, "disconnected by operator");
   return Status::Ok();
 }
 
@@ -620,9 +621,11 @@ void PeerManager::Shutdown(const std::string& reason) {
   reap_timer_.cancel();
   std::vector<std::shared_ptr<PeerConnection>> handshaking;
   for (const auto& [connection, source] : handshaking_) handshaking.push_back(connection);
-  for (auto& connection : handshaking) connection->Close(reason, true, session::JobFailure::kShutdown);
+  for (auto& connection : handshaking)
+    connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
   for (auto& [peer, entry] : peers_) {
-    if (auto connection = entry.connection) connection->Close(reason, true, session::JobFailure::kShutdown);
+    if (auto connection = entry.connection)
+      connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
   }
   for (const auto& failed : unbound_supply_.CancelAll(session::JobFailure::kShutdown, reason)) {
     results_.OnStoreResult(failed);
