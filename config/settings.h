@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/host_port.h"
 #include "config/cidr.h"
-#include "config/host_port.h"
 #include "protocol/features.h"
 
 namespace kvpeer::config {

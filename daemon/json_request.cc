@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "base/hex.h"
+#include "base/utf8.h"
 #include "protocol/codec.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
@@ -50,7 +52,7 @@ Broken ParseKey(const json::value& value, protocol::Key* out) {
   if (text->empty() || text->size() > kMaxDigits) {
     return "must have 2 ..= " + std::to_string(kMaxDigits) + " hex digits, has " + std::to_string(text->size());
   }
-  if (!protocol::DecodeHex(*text, out)) {
+  if (!DecodeHex(*text, out)) {
     return "must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
            Utf8Prefix(*text, 64) + "'";
   }
@@ -109,13 +111,6 @@ bool HasNonFiniteNumber(const json::value& value) {
     default:
       return false;
   }
-}
-
-std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return std::string(text);
-  size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut));
 }
 
 std::string_view JsonKind(const json::value& value) {

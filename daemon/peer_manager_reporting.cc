@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 
+#include "base/hex.h"
 #include "daemon/peer_histograms.h"
 #include "daemon/rfc3339.h"
 #include "protocol/block_checksum.h"
@@ -59,7 +60,7 @@ void PeerManager::RecordChecksumFailure(const std::string& peer, const session::
   const std::string_view key = failure.key;
   spdlog::warn("peer {}: checksum mismatch: kv_request_id {} key {}{} (slot {}): the peer sent xxh3 {}, the landed "
                "bytes hash to {}; the load failed",
-               peer, failure.kv_request_id, protocol::ToHex(key.substr(0, kShownKeyBytes)),
+               peer, failure.kv_request_id, ToHex(key.substr(0, kShownKeyBytes)),
                key.size() > kShownKeyBytes ? "..." : "", failure.block_index, protocol::ChecksumHex(failure.expected),
                protocol::ChecksumHex(failure.landed));
 }

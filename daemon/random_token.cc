@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "protocol/codec.h"
+#include "base/hex.h"
 
 namespace kvpeer::daemon {
 
@@ -17,7 +17,7 @@ std::string RandomNonce() {
     if (n < 0) std::abort();
     filled += static_cast<size_t>(n);
   }
-  return protocol::ToHex(std::string_view(bytes, sizeof(bytes)));
+  return ToHex(std::string_view(bytes, sizeof(bytes)));
 }
 
 std::string RandomEpoch() {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include "base/hex.h"
+#include "base/utf8.h"
 #include "protocol/codec.h"
 #include "protocol/limits.h"
 #include "session/handshake.h"
@@ -22,9 +24,7 @@ namespace {
 // message may quote peer input of any length.
 std::string CapReason(const std::string& reason) {
   if (reason.size() <= protocol::kMaxStringChars) return reason;
-  size_t cut = protocol::kMaxStringChars - 3;
-  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xC0) == 0x80) --cut;
-  return reason.substr(0, cut) + "...";
+  return Utf8Prefix(reason, protocol::kMaxStringChars - 3) + "...";
 }
 
 std::string FormatDuration(Duration d) {
@@ -38,7 +38,7 @@ std::string FormatDuration(Duration d) {
 std::string RandomToken() {
   unsigned char bytes[protocol::kTokenHexDigits / 2];
   if (RAND_bytes(bytes, sizeof bytes) != 1) std::fill(std::begin(bytes), std::end(bytes), 0x5a);
-  return protocol::ToHex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  return ToHex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
 }
 
 template <typename T>

@@ -1,9 +1,9 @@
-#include "config/host_port.h"
+#include "base/host_port.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-namespace kvpeer::config {
+namespace kvpeer {
 namespace {
 
 TEST_CASE("HOST:PORT forms that parse") {
@@ -45,4 +45,4 @@ TEST_CASE("wildcard hosts") {
 }
 
 }  // namespace
-}  // namespace kvpeer::config
+}  // namespace kvpeer
