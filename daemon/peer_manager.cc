@@ -10,8 +10,9 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "base/host_port.h"
+#include "base/random_token.h"
 #include "daemon/peer_histograms.h"
-#include "daemon/random_token.h"
+#include "daemon/node_epoch.h"
 #include "protocol/codec.h"
 #include "protocol/frame.h"
 #include "session/connection_arbiter.h"
@@ -96,7 +97,7 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.server.store_timeout = config_.unbound_timeout;
   session.server.max_round_key_bytes = config_.max_round_key_bytes;
   session.features = config_.features;
-  session.random_token = RandomNonce;
+  session.random_token = CsprngToken;
   return session;
 }
 
