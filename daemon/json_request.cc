@@ -1,11 +1,11 @@
 #include "daemon/json_request.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 
 #include "base/hex.h"
+#include "base/host_port.h"
 #include "base/utf8.h"
 #include "protocol/codec.h"
 #include "protocol/json_fields.h"
@@ -63,13 +63,8 @@ Broken ParsePeer(const json::value& value, std::string* out) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a \"host:port\" string", value);
   const std::string_view peer(*text);
-  const size_t colon = peer.rfind(':');
-  unsigned port = 0;
-  const char* end = peer.data() + peer.size();
-  const bool port_ok = colon != std::string_view::npos &&
-                       std::from_chars(peer.data() + colon + 1, end, port).ptr == end && colon + 1 < peer.size() &&
-                       port >= 1 && port <= 65535;
-  if (colon == 0 || !port_ok || peer.size() > protocol::kMaxStringChars) {
+  const std::optional<HostPort> address = SplitHostPort(peer);
+  if (!address || address->port == 0 || peer.size() > protocol::kMaxStringChars) {
     return "must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'";
   }
   out->assign(peer);

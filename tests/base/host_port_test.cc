@@ -30,6 +30,33 @@ TEST_CASE("HOST:PORT forms that do not") {
   }
 }
 
+TEST_CASE("SplitHostPort checks the shape only") {
+  struct Case {
+    std::string text, host;
+    uint16_t port;
+  };
+  for (const Case& c : {Case{"node-a:5710", "node-a", 5710}, Case{"[::1]:0", "::1", 0}, Case{"::1:5710", "::1", 5710},
+                        Case{"a b:1", "a b", 1}, Case{"host:000001", "host", 1}, Case{"[]:7", "[]", 7},
+                        Case{"[nonsense]:65535", "nonsense", 65535}}) {
+    std::optional<HostPort> split = SplitHostPort(c.text);
+    INFO(c.text);
+    REQUIRE(split.has_value());
+    CHECK(split->host == c.host);
+    CHECK(split->port == c.port);
+  }
+  for (std::string text : {"", "host", ":5710", "host:", "host:65536", "host:-1", "host:+1", "host:5710 ", "host:http",
+                           "host:99999999999999999999"}) {
+    INFO(text);
+    CHECK_FALSE(SplitHostPort(text).has_value());
+  }
+}
+
+TEST_CASE("BracketedHost brackets IPv6 hosts only") {
+  CHECK(BracketedHost("::1") == "[::1]");
+  CHECK(BracketedHost("10.0.0.1") == "10.0.0.1");
+  CHECK(BracketedHost("node-a") == "node-a");
+}
+
 TEST_CASE("formatting brackets IPv6 hosts") {
   CHECK(FormatHostPort({"::1", 5710}) == "[::1]:5710");
   CHECK(FormatHostPort({"node", 1}) == "node:1");
