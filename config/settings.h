@@ -33,8 +33,6 @@ namespace kvpeer::config {
 
 inline constexpr uint16_t kDefaultPort = 5710;
 inline constexpr const char* kDefaultSocketPath = "/run/kvpeer/kvpeerd.sock";
-inline constexpr uint64_t kMaxBlockLen = 67108864;  // one block fits one frame (wire spec section 2)
-inline constexpr size_t kMaxSettingString = 4096;   // wire bound of config_fingerprint / hash_seed
 inline constexpr int64_t kMaxTimeoutSeconds = 86400;
 // Limit defaults (see Settings).
 inline constexpr uint64_t kDefaultMaxPeers = 64;
