@@ -16,15 +16,6 @@
 
 namespace kvpeer::daemon {
 
-namespace {
-
-const char* StateName(int state) {
-  static const char* const kNames[] = {"connecting", "handshaking", "ready", "backoff", "closed"};
-  return kNames[state];
-}
-
-}  // namespace
-
 void PeerManager::RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result) {
   auto start = load_starts_.find(result.job_id);
   std::optional<LoadStart> started;
@@ -130,7 +121,7 @@ boost::json::array PeerManager::PeersStatus() const {
     boost::json::object peer;
     const PeerConnection* connection = entry.connection.get();
     peer["peer_id"] = peer_id;
-    peer["state"] = StateName(static_cast<int>(entry.state));
+    peer["state"] = PeerStateName(entry.state);
     peer["since"] = FormatRfc3339(entry.since);
     auto rtt = connection ? connection->session().rtt() : std::nullopt;
     if (rtt) {
