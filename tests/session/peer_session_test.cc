@@ -130,7 +130,7 @@ TEST_CASE("a failing token source closes the session before any connect, never a
 TEST_CASE("a failing token source closes a ready session instead of pinging with a fixed nonce", "[session]") {
   LoneSession t;
   auto fail = std::make_shared<bool>(false);
-  auto tokens = CountingTokens(500);
+  auto tokens = TokenSource(500);
   t.node.config.random_token = [fail, tokens]() -> std::optional<std::string> {
     if (*fail) return std::nullopt;
     return tokens();

@@ -126,7 +126,7 @@ class Simulation {
 
   SessionConfig Config(int node) {
     SessionConfig c = MakeConfig(nodes_[node].id, nodes_[node].epoch_seed);
-    c.random_token = CountingTokens(seed_ * 100000 + ++token_base_ * 1000);
+    c.random_token = TokenSource(seed_ * 100000 + ++token_base_ * 1000);
     c.handshake_timeout = 4s;
     c.client.load_timeout = 12s;
     c.client.abort_ack_timeout = 3s;

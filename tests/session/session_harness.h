@@ -22,7 +22,7 @@ inline std::string Token(uint64_t n) {
   return buf;
 }
 
-inline std::function<std::string()> CountingTokens(uint64_t first) {
+inline std::function<std::string()> TokenSource(uint64_t first) {
   auto next = std::make_shared<uint64_t>(first);
   return [next] { return Token((*next)++); };
 }
@@ -34,7 +34,7 @@ inline SessionConfig MakeConfig(const std::string& local_id, uint64_t epoch_seed
   config.config_fingerprint = "fp-1";
   config.hash_seed = "seed-0";
   config.epoch = Token(epoch_seed);
-  config.random_token = CountingTokens(epoch_seed * 1000 + 1);
+  config.random_token = TokenSource(epoch_seed * 1000 + 1);
   return config;
 }
 
