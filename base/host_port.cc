@@ -14,25 +14,32 @@ bool IsHostnameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
 }
 
-bool IsIpv6(std::string_view text) {
-  std::array<unsigned char, 16> bytes;
-  return inet_pton(AF_INET6, std::string(text).c_str(), bytes.data()) == 1;
+// "[inner]" -> "inner"; nullopt if `host` is not bracketed around something.
+std::optional<std::string_view> Unbracketed(std::string_view host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
+  return std::nullopt;
 }
 
-struct HostPortText {
-  std::string_view host;  // as written, brackets included
-  std::string_view port;
-};
+// The host part, brackets removed; nullopt if it is not a valid host.
+std::optional<std::string> ParseHost(std::string_view text) {
+  if (const std::optional<std::string_view> inner = Unbracketed(text)) {
+    if (!IsIpv6Address(*inner)) return std::nullopt;
+    return std::string(*inner);
+  }
+  if (text.empty() || text.size() > kMaxHostnameChars) return std::nullopt;
+  if (!std::all_of(text.begin(), text.end(), IsHostnameChar)) return std::nullopt;
+  return std::string(text);
+}
 
-// The text either side of the last ':'.
+}  // namespace
+
 std::optional<HostPortText> SplitAtLastColon(std::string_view text) {
   const size_t colon = text.rfind(':');
   if (colon == std::string_view::npos) return std::nullopt;
   return HostPortText{text.substr(0, colon), text.substr(colon + 1)};
 }
 
-// Decimal digits only (no sign, no spaces), so a typo like "5710x" is
-// reported instead of half-parsed.
+// Digits only, so a typo like "5710x" is reported instead of half-parsed.
 std::optional<uint16_t> ParsePort(std::string_view text) {
   if (text.empty()) return std::nullopt;
   uint32_t value = 0;
@@ -44,24 +51,10 @@ std::optional<uint16_t> ParsePort(std::string_view text) {
   return static_cast<uint16_t>(value);
 }
 
-// "[inner]" -> "inner"; nullopt if `host` is not bracketed around something.
-std::optional<std::string_view> Unbracketed(std::string_view host) {
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
-  return std::nullopt;
+bool IsIpv6Address(std::string_view text) {
+  std::array<unsigned char, 16> bytes{};
+  return inet_pton(AF_INET6, std::string(text).c_str(), bytes.data()) == 1;
 }
-
-// The host part, brackets removed; nullopt if it is not a valid host.
-std::optional<std::string> ParseHost(std::string_view text) {
-  if (const std::optional<std::string_view> inner = Unbracketed(text)) {
-    if (!IsIpv6(*inner)) return std::nullopt;
-    return std::string(*inner);
-  }
-  if (text.empty() || text.size() > kMaxHostnameChars) return std::nullopt;
-  if (!std::all_of(text.begin(), text.end(), IsHostnameChar)) return std::nullopt;
-  return std::string(text);
-}
-
-}  // namespace
 
 std::optional<HostPort> ParseHostPort(std::string_view text) {
   const std::optional<HostPortText> parts = SplitAtLastColon(text);

@@ -6,10 +6,11 @@
 // Brackets are required for IPv6 so that the last ':' always separates the
 // port, which keeps the syntax unambiguous for operators and for peers.
 //
-// One split serves two strictnesses: ParseHostPort checks the host (what
+// One split serves three strictnesses: ParseHostPort checks the host (what
 // an operator types into a flag is checked before anything binds or dials),
 // SplitHostPort checks only the shape (a peer name from the control API is
-// looked up as given; the resolver reports a bad host).
+// looked up as given; the resolver reports a bad host), and the wire's
+// peer_id rule (protocol/peer_id.h) builds its own messages from the parts.
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -29,6 +30,21 @@ struct HostPort {
   std::string host;  // without brackets: "::1", "10.0.0.1", "node-a"
   uint16_t port = 0;
 };
+
+// The text either side of the last ':', as written (brackets included).
+struct HostPortText {
+  std::string_view host;
+  std::string_view port;
+};
+// nullopt if `text` has no ':'.
+std::optional<HostPortText> SplitAtLastColon(std::string_view text);
+
+// Decimal digits only (no sign, no spaces), leading zeros allowed, value
+// ..= 65535; nullopt otherwise.
+std::optional<uint16_t> ParsePort(std::string_view text);
+
+// Whether `text` is an IPv6 address (no brackets).
+bool IsIpv6Address(std::string_view text);
 
 // Parses "HOST:PORT" with HOST as above and PORT at most five digits;
 // nullopt if the text does not have that shape.

@@ -51,6 +51,33 @@ TEST_CASE("SplitHostPort checks the shape only") {
   }
 }
 
+TEST_CASE("SplitAtLastColon keeps both parts as written") {
+  const std::optional<HostPortText> parts = SplitAtLastColon("[::1]:0057");
+  REQUIRE(parts.has_value());
+  CHECK(parts->host == "[::1]");
+  CHECK(parts->port == "0057");
+  CHECK(SplitAtLastColon(":")->host.empty());
+  CHECK_FALSE(SplitAtLastColon("no-colon").has_value());
+}
+
+TEST_CASE("ParsePort reads decimal digits up to 65535") {
+  CHECK(ParsePort("0") == 0);
+  CHECK(ParsePort("00080") == 80);
+  CHECK(ParsePort("65535") == 65535);
+  for (std::string text : {"", "65536", "-1", "+1", " 1", "1 ", "0x10", "99999999999999999999"}) {
+    INFO(text);
+    CHECK_FALSE(ParsePort(text).has_value());
+  }
+}
+
+TEST_CASE("IsIpv6Address takes unbracketed IPv6 only") {
+  CHECK(IsIpv6Address("::1"));
+  CHECK(IsIpv6Address("fd00::7"));
+  CHECK_FALSE(IsIpv6Address("[::1]"));
+  CHECK_FALSE(IsIpv6Address("10.0.0.1"));
+  CHECK_FALSE(IsIpv6Address(""));
+}
+
 TEST_CASE("BracketedHost brackets IPv6 hosts only") {
   CHECK(BracketedHost("::1") == "[::1]");
   CHECK(BracketedHost("10.0.0.1") == "10.0.0.1");
