@@ -8,13 +8,12 @@
 #include "config/version.h"
 #include "daemon/metrics.h"
 #include "daemon/peer_service.h"
+#include "daemon/peer_state.h"
 
 namespace kvpeer::daemon {
 namespace {
 
 namespace json = boost::json;
-
-constexpr std::array<std::string_view, 5> kPeerStates = {"connecting", "handshaking", "ready", "backoff", "closed"};
 
 // Control-side counter names that become one labelled family.
 struct LabelledCounter {
@@ -50,15 +49,15 @@ std::string_view Str(const json::object& object, std::string_view key) {
 }
 
 void PeerStatusMetrics(metrics::Registry& registry, const json::array& peers) {
-  std::array<uint64_t, kPeerStates.size()> by_state{};
+  std::array<uint64_t, kPeerStateNames.size()> by_state{};
   for (const json::value& peer : peers) {
     if (!peer.is_object()) continue;
-    for (size_t i = 0; i < kPeerStates.size(); ++i) {
-      if (Str(peer.get_object(), "state") == kPeerStates[i]) ++by_state[i];
+    for (size_t i = 0; i < kPeerStateNames.size(); ++i) {
+      if (Str(peer.get_object(), "state") == kPeerStateNames[i]) ++by_state[i];
     }
   }
   auto& states = registry.Gauge("kvpeer_peers", "Peers by session state.", {"state"});
-  for (size_t i = 0; i < kPeerStates.size(); ++i) states.Set({kPeerStates[i]}, static_cast<double>(by_state[i]));
+  for (size_t i = 0; i < kPeerStateNames.size(); ++i) states.Set({kPeerStateNames[i]}, static_cast<double>(by_state[i]));
 
   struct PerPeer {
     const char* field;

@@ -9,8 +9,10 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "base/host_port.h"
+#include "base/random_token.h"
 #include "daemon/peer_histograms.h"
-#include "daemon/random_token.h"
+#include "daemon/node_epoch.h"
 #include "protocol/codec.h"
 #include "protocol/frame.h"
 #include "session/connection_arbiter.h"
@@ -35,17 +37,6 @@ bool IsResourceExhaustion(const boost::system::error_code& ec) {
   return ec == boost::asio::error::no_descriptors || ec == boost::asio::error::no_buffer_space ||
          ec == boost::asio::error::no_memory ||
          (ec.category() == boost::system::system_category() && ec.value() == ENFILE);
-}
-
-// "host:port" -> host, port; the port is whatever follows the last colon,
-// so "[::1]:5710" and "node-a:5710" both work.
-bool SplitPeer(const std::string& peer, std::string* host, std::string* port) {
-  auto colon = peer.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == peer.size()) return false;
-  *host = peer.substr(0, colon);
-  *port = peer.substr(colon + 1);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  return true;
 }
 
 }  // namespace
@@ -84,9 +75,7 @@ std::string PeerManager::listen_address() const {
   boost::system::error_code ec;
   auto endpoint = acceptor_.local_endpoint(ec);
   if (ec) return config_.listen_host + ":" + std::to_string(config_.listen_port);
-  std::string host = endpoint.address().to_string();
-  if (endpoint.address().is_v6()) host = "[" + host + "]";
-  return host + ":" + std::to_string(endpoint.port());
+  return FormatHostPort({endpoint.address().to_string(), endpoint.port()});
 }
 
 session::SessionConfig PeerManager::MakeSessionConfig() const {
@@ -108,7 +97,7 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.server.store_timeout = config_.unbound_timeout;
   session.server.max_round_key_bytes = config_.max_round_key_bytes;
   session.features = config_.features;
-  session.random_token = RandomNonce;
+  session.random_token = CsprngToken;
   return session;
 }
 
@@ -233,8 +222,7 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* erro
     *error = Fail(ErrorCode::kShuttingDown, "kvpeerd is shutting down");
     return nullptr;
   }
-  std::string host, port;
-  if (!SplitPeer(peer, &host, &port)) {
+  if (!SplitHostPort(peer)) {
     *error = Fail(ErrorCode::kBadRequest, "peer '" + peer + "' is not HOST:PORT");
     return nullptr;
   }
@@ -261,8 +249,7 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* erro
 }
 
 void PeerManager::Dial(const std::string& peer, Peer& entry) {
-  std::string host, port;
-  SplitPeer(peer, &host, &port);
+  const std::optional<HostPort> address = SplitHostPort(peer);  // SessionFor checked it
   ConnectionListener& listener = *this;
   entry.connection =
       std::make_shared<PeerConnection>(MakeStream(tcp::socket(io_)), MakeSessionConfig(), index_, peer, listener);
@@ -270,7 +257,7 @@ void PeerManager::Dial(const std::string& peer, Peer& entry) {
   SetState(entry, PeerState::kConnecting);
   ++entry.dials;
   spdlog::info("peer {}: dialling", peer);
-  entry.connection->StartDial(host, port, resolver_);
+  entry.connection->StartDial(address->host, std::to_string(address->port), resolver_);
 }
 
 PeerStream PeerManager::MakeStream(tcp::socket socket) const {

@@ -38,6 +38,7 @@
 #include "daemon/peer_connection.h"
 #include "daemon/peer_resolver.h"
 #include "daemon/peer_service.h"
+#include "daemon/peer_state.h"
 #include "daemon/reason_labels.h"
 #include "protocol/features.h"
 #include "session/unbound_supply.h"
@@ -139,7 +140,6 @@ class PeerManager : public PeerService, private ConnectionListener {
   size_t Handshaking() const override;
 
  private:
-  enum class PeerState { kConnecting, kHandshaking, kReady, kBackoff, kClosed };
   struct Peer {
     PeerState state = PeerState::kClosed;
     std::chrono::system_clock::time_point since = std::chrono::system_clock::now();

@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 
+#include "base/hex.h"
 #include "daemon/peer_histograms.h"
 #include "daemon/rfc3339.h"
 #include "protocol/block_checksum.h"
@@ -14,15 +15,6 @@
 #include "protocol/type_names.h"
 
 namespace kvpeer::daemon {
-
-namespace {
-
-const char* StateName(int state) {
-  static const char* const kNames[] = {"connecting", "handshaking", "ready", "backoff", "closed"};
-  return kNames[state];
-}
-
-}  // namespace
 
 void PeerManager::RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result) {
   auto start = load_starts_.find(result.job_id);
@@ -59,7 +51,7 @@ void PeerManager::RecordChecksumFailure(const std::string& peer, const session::
   const std::string_view key = failure.key;
   spdlog::warn("peer {}: checksum mismatch: kv_request_id {} key {}{} (slot {}): the peer sent xxh3 {}, the landed "
                "bytes hash to {}; the load failed",
-               peer, failure.kv_request_id, protocol::ToHex(key.substr(0, kShownKeyBytes)),
+               peer, failure.kv_request_id, ToHex(key.substr(0, kShownKeyBytes)),
                key.size() > kShownKeyBytes ? "..." : "", failure.block_index, protocol::ChecksumHex(failure.expected),
                protocol::ChecksumHex(failure.landed));
 }
@@ -130,7 +122,7 @@ boost::json::array PeerManager::PeersStatus() const {
     boost::json::object peer;
     const PeerConnection* connection = entry.connection.get();
     peer["peer_id"] = peer_id;
-    peer["state"] = StateName(static_cast<int>(entry.state));
+    peer["state"] = PeerStateName(entry.state);
     peer["since"] = FormatRfc3339(entry.since);
     auto rtt = connection ? connection->session().rtt() : std::nullopt;
     if (rtt) {
