@@ -26,6 +26,7 @@
 #include "daemon/engine_session.h"
 #include "daemon/json_request.h"
 #include "daemon/metrics_text.h"
+#include "daemon/peer_status_json.h"
 
 namespace kvpeer::daemon {
 namespace {
@@ -378,7 +379,7 @@ json::object ControlServer::StatusFields() const {
   status["config"] = options_.config;
   PeerService* peers = engines_.peer_service();
   status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
-  status["peers"] = peers != nullptr ? peers->PeersStatus() : json::array();
+  status["peers"] = peers != nullptr ? PeersStatusJson(peers->PeerSnapshots()) : json::array();
   status["engines"] = engines_.EnginesStatus();
   json::object counters;
   for (const auto& [name, value] : engines_.counters().values()) counters[name] = value;
@@ -398,7 +399,7 @@ std::string ControlServer::MetricsText() const {
   const EngineRegistry::Totals totals = engines_.EngineTotals();
   input.engine_loads_in_flight = totals.loads_in_flight;
   input.engine_jobs_pending = totals.jobs_pending;
-  input.peers = peers != nullptr ? peers->PeersStatus() : json::array();
+  if (peers != nullptr) input.peers = peers->PeerSnapshots();
   input.counters = &engines_.counters();
   input.peer_service = peers;
   return FormatMetrics(input);

@@ -72,9 +72,7 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
 // The one-line state systemd shows (`systemctl status`).
 std::string StatusText(const std::string& node_id, const PeerManager& peers, const EngineRegistry& engines) {
   size_t ready = 0;
-  for (const boost::json::value& peer : peers.PeersStatus()) {
-    if (peer.as_object().at("state") == "ready") ++ready;
-  }
+  for (const PeerSnapshot& peer : peers.PeerSnapshots()) ready += peer.state == PeerState::kReady ? 1 : 0;
   return fmt::format("node {}, {} peers ready, {} engines", node_id, ready, engines.engine_count());
 }
 

@@ -292,13 +292,17 @@ TEST_CASE("the metrics text of the control side is well formed, with labelled co
   input.published_keys = 10;
   input.pins = 4;
   input.counters = &counters;
-  input.peers.push_back(json::object{{"peer_id", "node-b:5710"},
-                                     {"state", "ready"},
-                                     {"bytes_sent", 10},
-                                     {"bytes_received", 20},
-                                     {"loads_in_flight", 1},
-                                     {"rounds_serving", 0}});
-  input.peers.push_back(json::object{{"peer_id", "we\"ird\\peer\n:1"}, {"state", "backoff"}});
+  PeerSnapshot ready;
+  ready.peer_id = "node-b:5710";
+  ready.state = PeerState::kReady;
+  ready.counters.bytes_sent = 10;
+  ready.counters.bytes_received = 20;
+  ready.loads_in_flight = 1;
+  input.peers.push_back(ready);
+  PeerSnapshot backoff;
+  backoff.peer_id = "we\"ird\\peer\n:1";
+  backoff.state = PeerState::kBackoff;
+  input.peers.push_back(backoff);
   std::vector<ParsedSample> samples;
   RequireWellFormed(FormatMetrics(input), &samples);
   CHECK(SampleValue(samples, "kvpeer_up") == 1);
@@ -349,10 +353,11 @@ struct Node {
     peers->set_node_id(peers->listen_address());
   }
   std::vector<ParsedSample> Scrape() const {
-    metrics::Registry registry;
-    peers->CollectMetrics(registry);
+    MetricsInput input;
+    input.peers = peers->PeerSnapshots();
+    input.peer_service = peers.get();
     std::vector<ParsedSample> samples;
-    RequireWellFormed(registry.Text(), &samples);
+    RequireWellFormed(FormatMetrics(input), &samples);
     return samples;
   }
 
