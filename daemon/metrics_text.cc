@@ -13,26 +13,6 @@
 namespace kvpeer::daemon {
 namespace {
 
-// Control-side counter names that become one labelled family.
-struct LabelledCounter {
-  std::string_view prefix;
-  const char* family;
-  const char* label;
-  const char* help;
-};
-constexpr std::array<LabelledCounter, 3> kLabelledCounters = {{
-    {"op_", "kvpeer_control_requests_total", "op", "Control requests by op (unknown: an op not in the API)."},
-    {"errors_", "kvpeer_control_errors_total", "code", "Control requests answered with an error, by code."},
-    {"store_failures_", "kvpeer_store_failures_total", "reason", "Store jobs that failed, by reason."},
-}};
-
-// Counter names are snake_case already; anything else becomes '_'.
-std::string MetricName(std::string_view name) {
-  std::string out = "kvpeer_";
-  for (char c : name) out.push_back((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ? c : '_');
-  return out + "_total";
-}
-
 void PeerStateMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
   std::array<uint64_t, kPeerStateNames.size()> by_state{};
   for (const PeerSnapshot& peer : peers) ++by_state[static_cast<size_t>(peer.state)];
@@ -126,18 +106,16 @@ void PeerMetricsText(metrics::Registry& registry, const std::vector<PeerSnapshot
   PeerGaugeMetrics(registry, peers);
 }
 
+// Every declared counter, at 0 until counted (counters.h).
 void CounterMetrics(metrics::Registry& registry, const Counters& counters) {
-  for (const LabelledCounter& labelled : kLabelledCounters) {
-    metrics::Family& family = registry.Counter(labelled.family, labelled.help, {labelled.label});
-    for (const auto& [name, value] : counters.values()) {
-      if (name.starts_with(labelled.prefix)) family.Add({std::string_view(name).substr(labelled.prefix.size())}, value);
-    }
+  for (const CounterFamilySpec& spec : kCounterFamilies) {
+    metrics::Family& family = registry.Counter(spec.metric, spec.help, {std::string(spec.label)});
+    const std::vector<std::string_view>& labels = CounterLabels(spec.id);
+    for (size_t i = 0; i < labels.size(); ++i) family.Add({labels[i]}, counters.Get(spec.id, i));
   }
-  for (const auto& [name, value] : counters.values()) {
-    bool labelled = false;
-    for (const LabelledCounter& family : kLabelledCounters) labelled = labelled || name.starts_with(family.prefix);
-    if (labelled) continue;
-    registry.Counter(MetricName(name), "Control-side count of " + name + ".").Add({}, value);
+  for (const CounterSpec& spec : kCounterSpecs) {
+    const std::string name(spec.name);
+    registry.Counter("kvpeer_" + name + "_total", "Control-side count of " + name + ".").Add({}, counters.Get(spec.id));
   }
 }
 

@@ -5,11 +5,9 @@
 // A fresh metrics::Registry is filled per call:
 //   * node: kvpeer_up, kvpeer_build_info, kvpeer_uptime_seconds;
 //   * control side: engines, control connections, published keys, pins,
-//     engine loads in flight and jobs awaiting poll; the control-side
-//     Counters, where op_<op> become kvpeer_control_requests_total{op},
-//     errors_<code> kvpeer_control_errors_total{code}, store_failures_<r>
-//     kvpeer_store_failures_total{reason} and any other name N
-//     kvpeer_N_total;
+//     engine loads in flight and jobs awaiting poll; every declared
+//     Counter (counters.h), each family of kCounterFamilies one labelled
+//     family, each plain counter N kvpeer_N_total;
 //   * peers from their snapshots: kvpeer_peers{state} and every per-peer
 //     family (bytes, frames, lookups, loads, dials, queues, rtt);
 //   * the node-wide families of the peer side through

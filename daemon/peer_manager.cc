@@ -146,14 +146,14 @@ bool PeerManager::AdmitHandshake(const std::string& source) {
   const size_t from_source = per_source == handshaking_per_source_.end() ? 0 : per_source->second;
   if (config_.max_handshaking != 0 && handshaking_.size() >= config_.max_handshaking) {
     metrics_.CountRefused(ConnectionRefusal::kMaxHandshaking);
-    limits_.Hit(counters_, "limit_max_handshaking",
+    limits_.Hit(counters_, Counter::kLimitMaxHandshaking,
                 "closed peer connection from " + source + " before reading it: max-handshaking (" +
                     std::to_string(config_.max_handshaking) + ") connections are still in their handshake");
     return false;
   }
   if (config_.max_handshaking_per_source != 0 && from_source >= config_.max_handshaking_per_source) {
     metrics_.CountRefused(ConnectionRefusal::kMaxHandshakingPerSource);
-    limits_.Hit(counters_, "limit_max_handshaking_per_source",
+    limits_.Hit(counters_, Counter::kLimitMaxHandshakingPerSource,
                 "closed peer connection from " + source + " before reading it: max-handshaking-per-source (" +
                     std::to_string(config_.max_handshaking_per_source) +
                     ") connections from that address are still in their handshake");
@@ -188,7 +188,7 @@ void PeerManager::OnAccepted(tcp::socket socket) {
   if (ec) return;
   if (config_.allow_address && !config_.allow_address(remote.address())) {
     metrics_.CountRefused(ConnectionRefusal::kAllowCidr);
-    if (counters_ != nullptr) counters_->Add("peer_connections_refused_allow_cidr");
+    if (counters_ != nullptr) counters_->Add(Counter::kPeerConnectionsRefusedAllowCidr);
     spdlog::warn("refused peer connection from {}: address not in allow-cidr", remote.address().to_string());
     return;  // closed before a byte is read
   }
@@ -247,7 +247,7 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* erro
                             ") reached: not dialling peer " + peer + " while " +
                             std::to_string(LivePeerCount()) + " peer sessions are open";
     if (!known) peers_.erase(peer);  // a peer never dialled is not listed
-    limits_.Hit(counters_, "limit_max_peers", why);
+    limits_.Hit(counters_, Counter::kLimitMaxPeers, why);
     *error = Fail(ErrorCode::kPeerUnavailable, why);
     return nullptr;
   }
@@ -285,8 +285,7 @@ size_t PeerManager::LivePeerCount() const {
 
 void PeerManager::OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
                              const std::string& detail) {
-  std::string counter = "limit_" + std::string(limit);
-  std::replace(counter.begin(), counter.end(), '-', '_');
+  const Counter counter = LimitCounter(limit);
   if (counters_ != nullptr && count > 1) counters_->Add(counter, count - 1);  // Hit counts one
   const std::string& peer = connection.session().peer_id();
   limits_.Hit(counters_, counter,
@@ -338,7 +337,7 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   auto known = peers_.find(peer);
   const bool live = known != peers_.end() && known->second.connection && !known->second.connection->closed();
   if (!live && AtPeerLimit()) {
-    limits_.Hit(counters_, "limit_max_peers",
+    limits_.Hit(counters_, Counter::kLimitMaxPeers,
                 "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
                     std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
     connection.Close("too many peers");
@@ -392,8 +391,8 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
 void PeerManager::CountRoundEvents(PeerConnection& connection, const session::RoundEvents& events) {
   if (events.empty()) return;
   if (counters_ != nullptr) {
-    if (events.lookup_rounds_expired > 0) counters_->Add("rounds_expired_lookup", events.lookup_rounds_expired);
-    if (events.fetches_unsupplied > 0) counters_->Add("rounds_expired_unsupplied", events.fetches_unsupplied);
+    if (events.lookup_rounds_expired > 0) counters_->Add(Counter::kRoundsExpiredLookup, events.lookup_rounds_expired);
+    if (events.fetches_unsupplied > 0) counters_->Add(Counter::kRoundsExpiredUnsupplied, events.fetches_unsupplied);
   }
   if (events.lookups_over_key_bytes > 0) {
     OnLimitHit(connection, "max-round-key-bytes", events.lookups_over_key_bytes, "answered a lookup all-miss");
@@ -457,7 +456,7 @@ ApiStatus PeerManager::Lookup(const std::string& peer, const std::string& kv_req
                               ") reached: kv_request_id '" + kv_request_id + "' would hold " +
                               std::to_string(probes) + " distinct probes on peer " + peer +
                               "; load or finish the request first, or raise --max-pending-lookups";
-      limits_.Hit(counters_, "limit_max_pending_lookups", why);
+      limits_.Hit(counters_, Counter::kLimitMaxPendingLookups, why);
       return Fail(ErrorCode::kBadRequest, why);
     }
   }

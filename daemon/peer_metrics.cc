@@ -14,13 +14,6 @@ PeerMetrics::PeerMetrics()
       load_seconds_failed_(peer_histograms::kLoadSeconds),
       load_bytes_(peer_histograms::kLoadBytes) {}
 
-void PeerMetrics::set_counters(Counters* counters) {
-  counters_ = counters;
-  // Shown from the start, so a first failure is a rise an alert can see
-  // (docs/operations.md, "When checksum_failures rises").
-  if (counters_ != nullptr) counters_->Add("checksum_failures", 0);
-}
-
 PeerSnapshot PeerMetrics::Snapshot(const std::string& peer_id, PeerState state,
                                    std::chrono::system_clock::time_point since,
                                    const std::optional<std::string>& last_error, const PeerCounters& counters,
@@ -81,7 +74,7 @@ void PeerMetrics::RecordLoadResult(PeerCounters* counters, const std::string& pe
 // (counted with the load, reason "checksum"); this names the block for the
 // operator (docs/operations.md, "When checksum_failures rises").
 void PeerMetrics::RecordChecksumFailure(const std::string& peer, const session::ChecksumFailure& failure) {
-  if (counters_ != nullptr) counters_->Add("checksum_failures");
+  if (counters_ != nullptr) counters_->Add(Counter::kChecksumFailures);
   // A key is at most 4 KiB; its first 64 bytes name it in a log line.
   constexpr size_t kShownKeyBytes = 64;
   const std::string_view key = failure.key;
@@ -148,9 +141,9 @@ void PeerMetrics::CountAuthFailure(const PeerConnection& connection) {
   // (Without a key of its own a node may have been ready already.)
   const session::PeerSession& session = connection.session();
   if (session.authentication_failed()) {
-    counters_->Add("auth_failures");  // the peer's proof was missing or wrong
+    counters_->Add(Counter::kAuthFailures);  // the peer's proof was missing or wrong
   } else if (session.peer_refused_authentication()) {
-    counters_->Add("auth_rejected_by_peer");  // the peer refused our proof
+    counters_->Add(Counter::kAuthRejectedByPeer);  // the peer refused our proof
   }
 }
 

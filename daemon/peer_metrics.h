@@ -38,7 +38,7 @@ class PeerMetrics {
 
   // Where authentication and checksum failures are counted (the node's
   // status.counters); null = not counted. Must outlive this object.
-  void set_counters(Counters* counters);
+  void set_counters(Counters* counters) { counters_ = counters; }
 
   // A peer entry's state and counts, with its live connection's (if any).
   PeerSnapshot Snapshot(const std::string& peer_id, PeerState state, std::chrono::system_clock::time_point since,

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,7 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/api_error.h"
 #include "daemon/block_index.h"
 #include "daemon/counters.h"
 #include "daemon/metrics.h"
@@ -279,13 +281,13 @@ TEST_CASE("close and failure reasons map to their fixed labels") {
 
 TEST_CASE("the metrics text of the control side is well formed, with labelled control counters") {
   Counters counters;
-  counters.Add("requests", 7);
-  counters.Add("op_status", 3);
-  counters.Add("op_unknown", 1);
-  counters.Add("errors_unknown_op", 1);
-  counters.Add("store_failures_timeout", 2);
-  counters.Add("store_results_failed", 2);
-  counters.Add("config_reloads", 1);
+  counters.Add(Counter::kRequests, 7);
+  counters.Add(CounterFamily::kControlRequests, ControlRequestLabel("status"), 3);
+  counters.Add(CounterFamily::kControlRequests, ControlRequestLabel("no_such_op"), 1);
+  counters.Add(CounterFamily::kControlErrors, static_cast<size_t>(ErrorCode::kUnknownOp), 1);
+  counters.Add(CounterFamily::kStoreFailures, StoreFailureLabel(session::JobFailure::kTimeout), 2);
+  counters.Add(Counter::kStoreResultsFailed, 2);
+  counters.Add(Counter::kConfigReloads, 1);
   MetricsInput input;
   input.uptime_s = 12;
   input.engines = 2;
@@ -321,6 +323,33 @@ TEST_CASE("the metrics text of the control side is well formed, with labelled co
   CHECK(SampleValue(samples, "kvpeer_config_reloads_total") == 1);
   CHECK(SampleValue(samples, "kvpeer_requests_total") == 7);
   CHECK_FALSE(SampleValue(samples, "kvpeer_op_status_total").has_value());
+}
+
+TEST_CASE("every declared counter is in status and the metrics at 0 before it is first counted") {
+  const Counters counters;
+  const std::map<std::string, uint64_t> named = counters.ByName();
+  for (const CounterSpec& spec : kCounterSpecs) CHECK(named.at(std::string(spec.name)) == 0);
+  CHECK(named.at("op_status") == 0);
+  CHECK(named.at("op_unknown") == 0);
+  CHECK(named.at("errors_peer_unavailable") == 0);
+  CHECK(named.at("store_failures_unfetched") == 0);
+  MetricsInput input;
+  input.counters = &counters;
+  std::vector<ParsedSample> samples;
+  RequireWellFormed(FormatMetrics(input), &samples);
+  CHECK(SampleValue(samples, "kvpeer_checksum_failures_total") == 0);
+  CHECK(SampleValue(samples, "kvpeer_limit_max_round_key_bytes_total") == 0);
+  CHECK(SampleValue(samples, "kvpeer_control_requests_total", {{"op", "load"}}) == 0);
+  CHECK(SampleValue(samples, "kvpeer_control_errors_total", {{"code", "internal"}}) == 0);
+  CHECK(SampleValue(samples, "kvpeer_store_failures_total", {{"reason", "other"}}) == 0);
+}
+
+TEST_CASE("a limit's flag names its counter; a flag that is no limit is a programming error") {
+  CHECK(LimitCounter("max-queued-bytes") == Counter::kLimitMaxQueuedBytes);
+  CHECK(LimitCounter("max-rounds-per-peer") == Counter::kLimitMaxRoundsPerPeer);
+  CHECK(LimitCounter("max-round-key-bytes") == Counter::kLimitMaxRoundKeyBytes);
+  CHECK_THROWS_AS(LimitCounter("max-everything"), std::logic_error);
+  for (size_t i = 0; i < kCounterSpecs.size(); ++i) CHECK(static_cast<size_t>(kCounterSpecs[i].id) == i);
 }
 
 // ---------------------------------------------------------------------------
