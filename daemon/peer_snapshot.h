@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/peer_connection.h"
+#include "daemon/connection_stats.h"
 #include "daemon/reason_labels.h"
 
 namespace kvpeer::daemon {
