@@ -14,9 +14,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
-#include <array>
 #include <string>
 
 #include "daemon/counters.h"
