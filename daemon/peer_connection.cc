@@ -57,7 +57,9 @@ PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config,
       tick_timer_(socket_.get_executor()) {
   writer_wake_.expires_at(asio::steady_timer::time_point::max());
   liveness_timeout_ = config.liveness_timeout;
-  if (stream_.tls()) config.identity_check = [this](const std::string& peer_id) { return CheckIdentity(peer_id); };
+  if (stream_.authenticates_peer()) {
+    config.identity_check = [this](const std::string& peer_id) { return CheckIdentity(peer_id); };
+  }
   session::SendFn send = [this](session::OutFrame frame) { Enqueue(std::move(frame)); };
   session_ = std::make_unique<session::PeerSession>(
       std::move(config), [] { return std::chrono::steady_clock::now(); }, std::move(send), index_,
@@ -87,15 +89,17 @@ void PeerConnection::StartAccepted() {
   remote_ = remote_address();
   socket_.set_option(tcp::no_delay(true));
   session_->Start();
-  if (stream_.tls()) {
+  if (stream_.needs_handshake()) {
     // Our connect waits in the queue until the TLS handshake is done; the
     // tick loop runs from now on so the handshake deadline covers it.
+    phase_.Enter(PeerPhase::kTlsHandshake);
     StartTickLoop();
     auto self = shared_from_this();
     asio::co_spawn(socket_.get_executor(), [self]() { return self->AcceptTls(); }, asio::detached);
     return;
   }
   StartLoops();
+  StartTickLoop();
   AfterSessionActivity();
 }
 
@@ -103,7 +107,7 @@ asio::awaitable<void> PeerConnection::AcceptTls() {
   auto self = shared_from_this();
   boost::system::error_code ec;
   co_await stream_.Handshake(asio::ssl::stream_base::server, ec);
-  if (closed_) co_return;
+  if (closed()) co_return;
   if (ec) {
     CloseSocketAndSession("TLS handshake failed: " + ec.message());
     co_return;
@@ -114,6 +118,7 @@ asio::awaitable<void> PeerConnection::AcceptTls() {
 
 void PeerConnection::StartDial(const std::string& host, const std::string& port, PeerResolver& resolver) {
   dialled_ = true;
+  phase_.Enter(PeerPhase::kResolving);
   remote_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;  // until connected
   // Our connect waits in the queue until the socket is up; the handshake
   // deadline waits for the TCP connect (OnResolved).
@@ -139,11 +144,12 @@ void PeerConnection::StartDial(const std::string& host, const std::string& port,
 
 void PeerConnection::OnResolved(const std::string& host, const std::string& port, ResolveOutcome outcome) {
   lookup_.reset();
-  if (closed_) return;
+  if (closed()) return;
   if (outcome.failure) {
     CloseSocketAndSession("cannot connect to " + remote_ + ": " + outcome.error);
     return;
   }
+  phase_.Enter(PeerPhase::kConnecting);
   session_->TransportUp();  // the handshake deadline covers the TCP connect, TLS and the handshake
   auto self = shared_from_this();
   asio::co_spawn(
@@ -158,7 +164,7 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
   auto self = shared_from_this();
   boost::system::error_code ec;
   co_await asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
-  if (closed_) co_return;
+  if (closed()) co_return;
   if (ec) {
     CloseSocketAndSession("cannot connect to " + host + ":" + port + ": " + ec.message());
     co_return;
@@ -166,10 +172,11 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
   remote_.clear();  // the address actually connected to
   remote_ = remote_address();
   socket_.set_option(tcp::no_delay(true));
-  if (stream_.tls()) {
+  if (stream_.needs_handshake()) {
+    phase_.Enter(PeerPhase::kTlsHandshake);
     stream_.VerifyPeerName(host);
     co_await stream_.Handshake(asio::ssl::stream_base::client, ec);
-    if (closed_) co_return;
+    if (closed()) co_return;
     if (ec) {
       CloseSocketAndSession("TLS handshake with " + host + ":" + port + " failed: " + ec.message());
       co_return;
@@ -180,16 +187,16 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
 }
 
 void PeerConnection::StartLoops() {
-  loops_started_ = true;
+  phase_.Enter(PeerPhase::kRunning);
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
   asio::co_spawn(socket_.get_executor(), [self]() { return self->WriteLoop(); }, asio::detached);
-  StartTickLoop();
 }
 
+// Started once, when the connection starts (StartAccepted, StartDial), and
+// runs until it closes: the work's own timeouts and the handshake deadline
+// run in every phase.
 void PeerConnection::StartTickLoop() {
-  if (tick_started_) return;
-  tick_started_ = true;
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), [self]() { return self->TickLoop(); }, asio::detached);
 }
@@ -199,7 +206,7 @@ void PeerConnection::StartTickLoop() {
 
 asio::awaitable<void> PeerConnection::ReadLoop() {
   auto self = shared_from_this();
-  while (!closed_) {
+  while (!closed()) {
     if (max_queued_bytes_ != 0 && queued_bytes_ > max_queued_bytes_) {
       co_await WaitForQueueToDrain();
       continue;
@@ -217,24 +224,25 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       boost::system::error_code ec;
       const bool payload = decoder_.state() == protocol::FrameDecoder::State::kReadingPayload;
       auto target = decoder_.WritableSpan();
-      SetReceiveLowWater(decoder_.payload_remaining());
+      stream_.SetReceiveLowWater(decoder_.payload_remaining());
       // Under TLS the payload is decrypted in user space: into the staging
       // buffer, never into a mapping a truncation could pull away (SIGBUS),
       // and into the slot only a whole piece at a time (OnStagedBytes).
-      const bool staged = payload && stream_.tls() && !decoder_.discarding_payload();
+      const bool into_slot = payload && stream_.zero_copy();
+      const bool staged = payload && !stream_.zero_copy() && !decoder_.discarding_payload();
       asio::mutable_buffer into(target.data(), target.size());
       if (staged) {
         const std::span<uint8_t> room = staging_.Room(target);
         into = asio::buffer(room.data(), room.size());
       }
-      reading_into_slot_ = payload && !stream_.tls();
+      reading_into_slot_ = into_slot;
       // The slot lets DivertAbandonedFrame take a pending read back from a
       // slot whose load has ended.
       size_t n = co_await stream_.async_read_some(
           into, asio::bind_cancellation_slot(read_cancel_.slot(), asio::redirect_error(asio::use_awaitable, ec)));
       reading_into_slot_ = false;
       last_read_at_ = std::chrono::steady_clock::now();
-      if (closed_) break;
+      if (closed()) break;
       if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
         bytes_received_ += n;
@@ -248,7 +256,7 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
         // session, not its loads.)
         if (payload) session_->NoteBytesReceived();
       }
-      if (ec == boost::system::errc::bad_address && payload && !stream_.tls()) {
+      if (ec == boost::system::errc::bad_address && into_slot) {
         // The kernel refused to copy into the slot and left the bytes in
         // the socket: only this load fails; the rest of its frame is dropped.
         session_->FailOpenFrame("a destination slot is no longer mapped (engine region truncated?)");
@@ -264,7 +272,7 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     }
     if (!ProcessDecoderState()) break;
   }
-  if (lingering_) co_await DiscardUntilPeerCloses();
+  if (phase_.lingering()) co_await DiscardUntilPeerCloses();
 }
 
 void PeerConnection::OnStagedBytes(size_t n) {
@@ -291,31 +299,16 @@ void PeerConnection::OnStagedBytes(size_t n) {
   if (!placed) AfterSessionActivity();
 }
 
-// While a payload streams in, the reader wakes only once a good chunk of it
-// has arrived (SO_RCVLOWAT), never for more than the frame still owes, so it
-// cannot wait for bytes that will not come. Fewer wake-ups and larger
-// copies per read, like a blocking recv(MSG_WAITALL). Plain TCP only: over
-// TLS the bytes on the socket are records, not payload.
-void PeerConnection::SetReceiveLowWater(uint64_t payload_remaining) {
-  constexpr uint64_t kMaxLowWater = 128 * 1024;
-  if (stream_.tls()) return;
-  const int wanted = static_cast<int>(std::clamp<uint64_t>(payload_remaining, 1, kMaxLowWater));
-  if (wanted == receive_low_water_) return;
-  boost::system::error_code ignored;
-  socket_.set_option(asio::socket_base::receive_low_watermark(wanted), ignored);
-  receive_low_water_ = wanted;
-}
-
 // Bytes below the low-water mark wake no one: on a link slower than the
 // mark per liveness period, or one that stalled, they would sit unread and
 // the peer would look silent. After kLowWaterPatience without a read, any
 // waiting bytes are taken (the mark drops to 1; the next read raises it).
 void PeerConnection::ReadBytesBelowLowWater() {
   constexpr auto kLowWaterPatience = std::chrono::milliseconds(500);
-  if (receive_low_water_ <= 1 || std::chrono::steady_clock::now() - last_read_at_ < kLowWaterPatience) return;
+  if (stream_.receive_low_water() <= 1 || std::chrono::steady_clock::now() - last_read_at_ < kLowWaterPatience) return;
   boost::system::error_code ec;
   if (socket_.available(ec) == 0 || ec) return;
-  SetReceiveLowWater(1);  // the kernel wakes the pending read at once
+  stream_.SetReceiveLowWater(1);  // the kernel wakes the pending read at once
 }
 
 // Reading only what the writer can answer keeps a peer that sends lookups
@@ -327,7 +320,7 @@ asio::awaitable<void> PeerConnection::WaitForQueueToDrain() {
                        "stopped reading: " + std::to_string(queued_bytes_) +
                            " bytes wait to be written (max-queued-bytes " + std::to_string(max_queued_bytes_) +
                            "); the peer is not reading what we send");
-  while (!closed_ && queued_bytes_ > max_queued_bytes_ / 2) {
+  while (!closed() && queued_bytes_ > max_queued_bytes_ / 2) {
     boost::system::error_code ec;
     reader_wake_.expires_at(asio::steady_timer::time_point::max());
     co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -349,7 +342,7 @@ bool PeerConnection::ProcessDecoderState() {
         break;
       case State::kFrameReady:
         OnFrameReady();
-        if (closed_ || session_->state() == session::PeerSession::State::kClosed) {
+        if (closed() || session_->state() == session::PeerSession::State::kClosed) {
           AfterSessionActivity();
           return false;
         }
@@ -443,7 +436,7 @@ void PeerConnection::NoteViolation(const Status& status, const protocol::Message
 }
 
 void PeerConnection::Enqueue(session::OutFrame frame) {
-  if (closed_) return;
+  if (closed()) return;
   if (const auto* lookup = std::get_if<protocol::Lookup>(&frame.message)) {
     if (lookups_awaiting_.size() == kMaxLookupsAwaiting) lookups_awaiting_.pop_front();
     lookups_awaiting_.emplace_back(lookup->round_seq, std::chrono::steady_clock::now());
@@ -457,12 +450,12 @@ void PeerConnection::Enqueue(session::OutFrame frame) {
 
 asio::awaitable<void> PeerConnection::WriteLoop() {
   auto self = shared_from_this();
-  while (!closed_) {
+  while (!closed()) {
     if (write_queue_.empty()) {
       // Pulling also tells the session the previous data frame is written,
       // which may release store results held until then.
       session_->ProduceDataFrame();
-      listener_.OnSessionActivity(*this);
+      listener_.OnSessionActivity(*this, *session_);
     }
     if (write_queue_.empty()) {
       boost::system::error_code ec;
@@ -477,8 +470,8 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
     session::OutFrame& frame = queued.frame;
     boost::system::error_code ec;
     const bool torn = co_await WriteFrame(queued, ec);
-    if (closed_) {
-      if (lingering_) SendDisconnectAndFin();  // the frame is out: the disconnect may follow it
+    if (closed()) {
+      if (phase_.lingering()) SendDisconnectAndFin();  // the frame is out: the disconnect may follow it
       co_return;
     }
     if (ec) {
@@ -492,12 +485,11 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
 }
 
 asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec) {
-  OutgoingFrame out(queued.head, queued.frame.blocks, stream_.tls() ? &bounce_out_ : nullptr);
+  OutgoingFrame out(queued.head, queued.frame.blocks, stream_.zero_copy() ? nullptr : &bounce_out_);
   write_in_progress_ = true;
   last_write_progress_ = std::chrono::steady_clock::now();
-  if (!stream_.tls()) socket_.non_blocking(true, ec);  // for WriteSome; async operations do not care
   while (!ec && !out.done() && MayWriteOn()) {
-    const size_t n = co_await WriteSome(out, ec);
+    const size_t n = co_await stream_.WriteSome(out.Next(), ec);
     if (n > 0) {
       bytes_sent_ += n;
       out.Consumed(n);
@@ -506,32 +498,14 @@ asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boos
     if (!MayWriteOn()) break;
     // Plain TCP: the kernel could not read a source block (its file was
     // truncated) and wrote nothing of it; zeros finish the frame.
-    if (ec == boost::system::errc::bad_address && !stream_.tls() && out.TearHere()) {
+    if (ec == boost::system::errc::bad_address && stream_.zero_copy() && out.TearHere()) {
       ec.clear();
       continue;
     }
     if (ec) break;
   }
   write_in_progress_ = false;
-  co_return !ec && !closed_ && out.done() && out.CheckSourcesAfterWrite();
-}
-
-// Plain TCP writes without waiting and waits for writability only after the
-// kernel said "would block". Asio's own async write would not do: after a
-// write that failed with EFAULT it waits for a writability edge that the
-// kernel never sends (that failure sets no "no space" mark), and the
-// connection stalls. A would-block sets the mark, so its edge comes, and on
-// the one-threaded io_context it cannot come before the wait is queued.
-asio::awaitable<size_t> PeerConnection::WriteSome(OutgoingFrame& out, boost::system::error_code& ec) {
-  if (stream_.tls()) {
-    co_return co_await stream_.async_write_some(out.Next(), asio::redirect_error(asio::use_awaitable, ec));
-  }
-  for (;;) {
-    const size_t n = socket_.write_some(out.Next(), ec);
-    if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
-    co_await socket_.async_wait(tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || !MayWriteOn()) co_return 0;
-  }
+  co_return !ec && !closed() && out.done() && out.CheckSourcesAfterWrite();
 }
 
 // The torn frame's round fails: the session ends it (and its store jobs)
@@ -566,13 +540,13 @@ bool PeerConnection::WriterStalled() const {
 
 asio::awaitable<void> PeerConnection::TickLoop() {
   auto self = shared_from_this();
-  while (!closed_) {
+  while (!closed()) {
     auto next = std::chrono::steady_clock::now() + kMaxTickInterval;
     if (auto deadline = session_->NextDeadline(); deadline && *deadline < next) next = *deadline;
     tick_timer_.expires_at(next);
     boost::system::error_code ec;
     co_await tick_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (closed_) co_return;
+    if (closed()) co_return;
     if (WriterStalled()) {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(liveness_timeout_).count();
       // "peer silent ..." classifies the close as peer_silent (daemon/reason_labels.cc).
@@ -586,34 +560,30 @@ asio::awaitable<void> PeerConnection::TickLoop() {
   }
 }
 
-void PeerConnection::AfterExternalOp() { AfterSessionActivity(); }
-
 void PeerConnection::AfterSessionActivity() {
   if (!ever_ready_ && session_->ready()) ever_ready_ = true;
-  if (closed_ || session_->state() == session::PeerSession::State::kClosed) lookup_.reset();  // taken back
+  if (closed() || session_->state() == session::PeerSession::State::kClosed) lookup_.reset();  // taken back
   DivertAbandonedFrame();
-  if (!closed_ && session_->state() == session::PeerSession::State::kClosed) {
+  if (!closed() && session_->state() == session::PeerSession::State::kClosed) {
     // The session ended itself (violation, timeout, peer's disconnect) or
     // its owner ended it: nothing more is read into a slot from here on,
     // before anyone learns that its loads failed.
-    closed_ = true;
     reader_wake_.cancel();
     writer_wake_.cancel();
     tick_timer_.cancel();
-    if (reading_into_slot_ || !loops_started_) {
+    if (reading_into_slot_ || !phase_.loops_started()) {
       // A pending read targets a slot: only closing the socket stops it.
       // The disconnect goes out only if no frame is half-written.
       TrySendDisconnectNow();
-      boost::system::error_code ignored;
-      socket_.close(ignored);
+      EnterClosed();
     } else {
       Linger();
     }
     // The PeerManager logs the close (OnConnectionClosed), with its class.
   }
-  if (!closed_ && (!write_queue_.empty() || session_->HasDataToSend())) writer_wake_.cancel();
-  listener_.OnSessionActivity(*this);
-  if (closed_ && !close_reported_) {
+  if (!closed() && (!write_queue_.empty() || session_->HasDataToSend())) writer_wake_.cancel();
+  listener_.OnSessionActivity(*this, *session_);
+  if (closed() && !close_reported_) {
     close_reported_ = true;
     listener_.OnConnectionClosed(*this);
   }
@@ -626,7 +596,7 @@ void PeerConnection::AfterSessionActivity() {
 // staged piece is dropped (what it held and what the read still brings
 // count as read and discarded), so the read need not be taken back.
 void PeerConnection::DivertAbandonedFrame() {
-  if (closed_ || !session_->OpenFrameAbandoned()) return;
+  if (closed() || !session_->OpenFrameAbandoned()) return;
   if (decoder_.state() != protocol::FrameDecoder::State::kReadingPayload) return;
   if (reading_into_slot_) {
     // Single-threaded: the read is queued in the reactor, not running, so
@@ -647,7 +617,7 @@ void PeerConnection::DivertAbandonedFrame() {
 // too. Closing with unread bytes would make the kernel send a reset, which
 // can destroy the disconnect before the peer reads it.
 void PeerConnection::Linger() {
-  lingering_ = true;
+  phase_.Enter(PeerPhase::kLingering);
   // Only the disconnect is still to be written; the other frames' pins go now.
   std::erase_if(write_queue_, [](const QueuedFrame& queued) {
     return !std::holds_alternative<protocol::Disconnect>(queued.frame.message);
@@ -667,9 +637,9 @@ void PeerConnection::SendDisconnectAndFin() {
 
 asio::awaitable<void> PeerConnection::DiscardUntilPeerCloses() {
   auto self = shared_from_this();
-  SetReceiveLowWater(1);  // every byte, and the EOF, wakes the drain
+  stream_.SetReceiveLowWater(1);  // every byte, and the EOF, wakes the drain
   std::vector<char> scratch(16 * 1024);
-  while (lingering_) {
+  while (phase_.lingering()) {
     boost::system::error_code ec;
     co_await stream_.async_read_some(asio::buffer(scratch), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) break;
@@ -678,17 +648,21 @@ asio::awaitable<void> PeerConnection::DiscardUntilPeerCloses() {
 }
 
 void PeerConnection::EndLinger() {
-  if (!lingering_) return;
-  lingering_ = false;
-  boost::system::error_code ignored;
+  if (!phase_.lingering()) return;
   tick_timer_.cancel();
+  EnterClosed();
+}
+
+void PeerConnection::EnterClosed() {
+  phase_.Enter(PeerPhase::kClosed);
+  boost::system::error_code ignored;
   socket_.close(ignored);
 }
 
 void PeerConnection::TrySendDisconnectNow() {
   // Only when no frame is half-written: a disconnect spliced into another
   // frame would corrupt the stream; the peer's liveness check covers the rest.
-  if (write_in_progress_ || !socket_.is_open() || !loops_started_) return;
+  if (write_in_progress_ || !socket_.is_open() || !phase_.loops_started()) return;
   for (const QueuedFrame& queued : write_queue_) {
     const session::OutFrame& frame = queued.frame;
     if (!std::holds_alternative<protocol::Disconnect>(frame.message)) continue;
@@ -702,10 +676,8 @@ void PeerConnection::TrySendDisconnectNow() {
 }
 
 void PeerConnection::CloseSocketAndSession(const std::string& reason) {
-  if (closed_) return;
-  closed_ = true;
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  if (closed()) return;
+  EnterClosed();
   reader_wake_.cancel();
   writer_wake_.cancel();
   tick_timer_.cancel();
@@ -716,7 +688,7 @@ void PeerConnection::CloseSocketAndSession(const std::string& reason) {
 }
 
 void PeerConnection::Close(const std::string& reason, bool notify_peer, session::JobFailure failure) {
-  if (closed_) return;
+  if (closed()) return;
   closed_by_owner_ = true;
   session_->Close(reason, notify_peer, failure);
   AfterSessionActivity();

@@ -24,6 +24,10 @@
 // Closing: the socket is closed before the session fails its work, so no
 // byte can land in a slot after its load's result has been reported.
 //
+// Lifecycle: one PeerPhase (daemon/peer_phase.h) says where the connection
+// is (resolving, connecting, TLS handshake, running, lingering, closed);
+// every step goes through its checked transition table.
+//
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
 
@@ -36,6 +40,7 @@
 #include <string>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -47,6 +52,7 @@
 
 #include "daemon/block_staging.h"
 #include "daemon/connection_stats.h"
+#include "daemon/peer_phase.h"
 #include "daemon/peer_resolver.h"
 #include "daemon/peer_stream.h"
 #include "protocol/frame_decoder.h"
@@ -63,8 +69,10 @@ class ConnectionListener {
  public:
   virtual ~ConnectionListener() = default;
   // The session may have results, a new handshake state or a new peer
-  // identity; called after every batch of session activity.
-  virtual void OnSessionActivity(PeerConnection& connection) = 0;
+  // identity; called after every batch of session activity. `session` is
+  // the connection's, open to the owner's reactions (taking the results,
+  // binding supply): this call is the after-step of that activity.
+  virtual void OnSessionActivity(PeerConnection& connection, session::PeerSession& session) = 0;
   // The connection is closed for good; called exactly once, after the final
   // OnSessionActivity that carries the failed work.
   virtual void OnConnectionClosed(PeerConnection& connection) = 0;
@@ -105,9 +113,22 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   void Close(const std::string& reason, bool notify_peer = true,
              session::JobFailure failure = session::JobFailure::kSessionClosed);
 
-  // Call after operating on session() from outside (engine ops): wakes the
-  // writer and reports results.
-  void AfterExternalOp();
+  // Operates on the session from outside (engine ops): runs `operation` on
+  // it, then the after-step that wakes the writer and reports results, and
+  // returns what `operation` returned. The only way for the owner to change
+  // the session outside OnSessionActivity, so the after-step cannot be
+  // forgotten.
+  template <typename Operation>
+  std::invoke_result_t<Operation, session::PeerSession&> WithSession(Operation&& operation) {
+    if constexpr (std::is_void_v<std::invoke_result_t<Operation, session::PeerSession&>>) {
+      std::forward<Operation>(operation)(*session_);
+      AfterSessionActivity();
+    } else {
+      auto result = std::forward<Operation>(operation)(*session_);
+      AfterSessionActivity();
+      return result;
+    }
+  }
 
   // --max-queued-bytes: while more than this many bytes wait in the write
   // queue the connection stops reading from the peer (backpressure), and
@@ -123,9 +144,10 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   uint64_t queued_bytes() const { return queued_bytes_; }
   uint64_t queued_bytes_peak() const { return queued_bytes_peak_; }
 
-  session::PeerSession& session() { return *session_; }
+  // Read-only: changes go through WithSession.
   const session::PeerSession& session() const { return *session_; }
-  bool closed() const { return closed_; }
+  // The session is over (the socket may still linger for the disconnect).
+  bool closed() const { return phase_.session_over(); }
   bool dialled() const { return dialled_; }
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
@@ -159,21 +181,23 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Writes one frame piece by piece, noting each byte the socket accepts.
   // True when the frame's source was torn (it went out padded with zeros).
   boost::asio::awaitable<bool> WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec);
-  boost::asio::awaitable<size_t> WriteSome(OutgoingFrame& out, boost::system::error_code& ec);
   void OnTornFrameWritten(const protocol::BlockData& data);
   // The write-progress liveness check (wire spec section 4 step 8).
   bool WriterStalled() const;
   // A frame already started is finished even while the connection lingers
   // (a graceful close: the disconnect must follow a whole frame).
-  bool MayWriteOn() const { return !closed_ || lingering_; }
+  bool MayWriteOn() const { return !phase_.closed(); }
   boost::asio::awaitable<void> TickLoop();
   void OnResolved(const std::string& host, const std::string& port, ResolveOutcome outcome);
   boost::asio::awaitable<void> Dial(std::string host, std::string port,
                                     std::vector<boost::asio::ip::tcp::endpoint> endpoints);
+  // Enters kRunning and starts the reader and the writer.
   void StartLoops();
   void StartTickLoop();
   // Accepted TLS connection: the TLS handshake, then the loops.
   boost::asio::awaitable<void> AcceptTls();
+  // The session is over and its socket is closed for good.
+  void EnterClosed();
 
   // Acts on the decoder's state after bytes arrived; false once the
   // connection must stop reading.
@@ -185,7 +209,6 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   boost::asio::awaitable<void> WaitForQueueToDrain();
   void AfterSessionActivity();
   void DivertAbandonedFrame();
-  void SetReceiveLowWater(uint64_t payload_remaining);
   void ReadBytesBelowLowWater();
   void CloseSocketAndSession(const std::string& reason);
   void TrySendDisconnectNow();
@@ -211,8 +234,16 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   uint64_t queued_bytes_ = 0;  // sum of the queued heads
   uint64_t queued_bytes_peak_ = 0;
   uint64_t max_queued_bytes_ = 0;
+  // Where the connection is in its life. The flags below are not phases
+  // but facts within one: which way it was made (dialled_), backpressure
+  // (reading_paused_), what the one reader and one writer are doing now
+  // (write_in_progress_, reading_into_slot_, read_diverted_), whether the
+  // owner heard of the close (close_reported_: the close is reported once,
+  // though the listener may close the connection again from within its
+  // callback), and what classifies the close (ever_ready_,
+  // closed_by_owner_, violation_).
+  PeerPhaseTracker phase_;
   bool reading_paused_ = false;
-  bool lingering_ = false;
   boost::asio::steady_timer reader_wake_;  // cancelled when the queue has drained
   boost::asio::steady_timer writer_wake_;
   boost::asio::steady_timer tick_timer_;
@@ -220,13 +251,10 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // The dialled host's lookup while it runs; dropped on close, which
   // takes it back (its callback holds no reference to this connection).
   std::unique_ptr<PeerResolver::Lookup> lookup_;
-  bool loops_started_ = false;
-  bool tick_started_ = false;
   bool write_in_progress_ = false;
   bool reading_into_slot_ = false;  // the pending read targets a block slot
   boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
   bool read_diverted_ = false;                    // ... and did
-  int receive_low_water_ = 1;                     // SO_RCVLOWAT now
   std::chrono::steady_clock::time_point last_read_at_{};
   // The last time the socket accepted bytes of the frame being written (or
   // that frame's start); see WriterStalled.
@@ -237,7 +265,6 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // piece at a time (BlockStaging, at most kMaxPieceBytes).
   std::vector<uint8_t> bounce_out_;
   BlockStaging staging_;
-  bool closed_ = false;
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;

@@ -302,7 +302,7 @@ void PeerManager::SetState(Peer& entry, PeerState state) {
 // ---------------------------------------------------------------------------
 // Session activity
 
-void PeerManager::OnSessionActivity(PeerConnection& connection) {
+void PeerManager::OnSessionActivity(PeerConnection& connection, session::PeerSession& session) {
   auto self = connection.shared_from_this();
   if (handshaking_.contains(self)) {
     // Nothing before authentication: ready is reached only with the peer's
@@ -312,7 +312,7 @@ void PeerManager::OnSessionActivity(PeerConnection& connection) {
     ForgetHandshaking(self);
     AdoptInbound(connection);
   }
-  DeliverResults(connection);
+  DeliverResults(connection, session);
   auto it = peers_.find(connection.session().peer_id());
   if (it == peers_.end() || it->second.connection.get() != &connection) return;
   Peer& entry = it->second;
@@ -369,8 +369,8 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   entry.connection = self;
 }
 
-void PeerManager::DeliverResults(PeerConnection& connection) {
-  session::SessionResults results = connection.session().TakeResults();
+void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSession& session) {
+  session::SessionResults results = session.TakeResults();
   const std::string& peer = connection.session().peer_id();
   if (!results.loads.empty()) {
     auto it = peers_.find(peer);
@@ -381,7 +381,7 @@ void PeerManager::DeliverResults(PeerConnection& connection) {
   for (const auto& load : results.loads) results_.OnLoadResult(load);
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
-  for (const auto& kv : results.new_fetch_ids) BindSupply(connection, kv);
+  for (const auto& kv : results.new_fetch_ids) BindSupply(session, kv);
   for (const auto& kv : results.ended_fetch_ids) UnbindEndedSupply(connection, kv);
   CountRoundEvents(connection, results.round_events);
 }
@@ -460,9 +460,10 @@ ApiStatus PeerManager::Lookup(const std::string& peer, const std::string& kv_req
       return Fail(ErrorCode::kBadRequest, why);
     }
   }
-  for (const auto& key : keys) answers->push_back(connection->session().RegisterLookup(kv_request_id, key));
-  if (flush) connection->session().FlushPendingLookups();
-  connection->AfterExternalOp();
+  connection->WithSession([&](session::PeerSession& session) {
+    for (const auto& key : keys) answers->push_back(session.RegisterLookup(kv_request_id, key));
+    if (flush) session.FlushPendingLookups();
+  });
   return std::nullopt;
 }
 
@@ -470,8 +471,7 @@ size_t PeerManager::FlushLookups() {
   size_t sent = 0;
   for (auto& [peer, entry] : peers_) {
     if (!entry.connection || entry.connection->closed()) continue;
-    sent += entry.connection->session().FlushPendingLookups();
-    entry.connection->AfterExternalOp();
+    sent += entry.connection->WithSession([](session::PeerSession& session) { return session.FlushPendingLookups(); });
   }
   return sent;
 }
@@ -488,10 +488,12 @@ ApiStatus PeerManager::Load(session::JobId job_id, const std::string& peer, cons
     return error;
   }
   const uint64_t load_bytes = keys.size() * model_.settings().block_len;
-  Status status =
-      connection->session().RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
-  if (status.ok()) metrics_.RecordLoadStart(job_id, load_bytes);
-  connection->AfterExternalOp();
+  // The start is noted before the after-step, which may already report the load's result.
+  Status status = connection->WithSession([&](session::PeerSession& session) {
+    Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
+    if (requested.ok()) metrics_.RecordLoadStart(job_id, load_bytes);
+    return requested;
+  });
   if (!status.ok()) {
     ErrorCode code = status.code() == Status::Code::kInvalid ? ErrorCode::kBadRequest : ErrorCode::kPeerUnavailable;
     return Fail(code, status.message());
@@ -505,8 +507,9 @@ void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id,
   if (binding != supply_bindings_.end()) {
     auto peer = peers_.find(binding->second);
     if (peer != peers_.end() && peer->second.connection && !peer->second.connection->closed()) {
-      peer->second.connection->session().AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
-      peer->second.connection->AfterExternalOp();
+      peer->second.connection->WithSession([&](session::PeerSession& session) {
+        session.AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
+      });
       return;
     }
   }
@@ -514,10 +517,10 @@ void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id,
   SweepUnboundSupply();
 }
 
-void PeerManager::BindSupply(PeerConnection& connection, const std::string& kv_request_id) {
-  supply_bindings_[kv_request_id] = connection.session().peer_id();
+void PeerManager::BindSupply(session::PeerSession& session, const std::string& kv_request_id) {
+  supply_bindings_[kv_request_id] = session.peer_id();
   for (auto& job : unbound_supply_.Take(kv_request_id)) {
-    connection.session().AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
+    session.AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
   }
 }
 
@@ -553,8 +556,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
   for (const std::string& peer : client_peers) {
     auto it = peers_.find(peer);
     if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) continue;
-    it->second.connection->session().FinishClient(kv_request_id);
-    it->second.connection->AfterExternalOp();
+    it->second.connection->WithSession([&](session::PeerSession& session) { session.FinishClient(kv_request_id); });
   }
   if (!producer) return;
   // Unbound supply stays: a prefiller finishes its request before the
@@ -562,8 +564,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
   supply_bindings_.erase(kv_request_id);
   for (auto& [peer, entry] : peers_) {
     if (!entry.connection || entry.connection->closed()) continue;
-    entry.connection->session().FinishServer(kv_request_id);
-    entry.connection->AfterExternalOp();
+    entry.connection->WithSession([&](session::PeerSession& session) { session.FinishServer(kv_request_id); });
   }
 }
 

@@ -154,7 +154,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   };
 
   // ConnectionListener
-  void OnSessionActivity(PeerConnection& connection) override;
+  void OnSessionActivity(PeerConnection& connection, session::PeerSession& session) override;
   void OnConnectionClosed(PeerConnection& connection) override;
   void OnLookupAnswered(session::Duration round_trip) override;
   void OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
@@ -191,8 +191,8 @@ class PeerManager : public PeerService, private ConnectionListener {
   // `socket` as plain TCP or wrapped for TLS (config_.tls).
   PeerStream MakeStream(boost::asio::ip::tcp::socket socket) const;
   void SetState(Peer& entry, PeerState state);
-  void DeliverResults(PeerConnection& connection);
-  void BindSupply(PeerConnection& connection, const std::string& kv_request_id);
+  void DeliverResults(PeerConnection& connection, session::PeerSession& session);
+  void BindSupply(session::PeerSession& session, const std::string& kv_request_id);
   // The session no longer serves the request: its binding goes.
   void UnbindEndedSupply(PeerConnection& connection, const std::string& kv_request_id);
   void SweepUnboundSupply();

@@ -1,5 +1,7 @@
 #include "daemon/peer_stream.h"
 
+#include <algorithm>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -91,6 +93,28 @@ asio::awaitable<void> PeerStream::Handshake(ssl::stream_base::handshake_type rol
   if (!tls_) co_return;
   co_await tls_->async_handshake(role, asio::redirect_error(asio::use_awaitable, ec));
   handshake_done_ = !ec;
+}
+
+asio::awaitable<size_t> PeerStream::WriteSome(const std::vector<asio::const_buffer>& buffers,
+                                              boost::system::error_code& ec) {
+  if (tls_) co_return co_await tls_->async_write_some(buffers, asio::redirect_error(asio::use_awaitable, ec));
+  if (!plain_.non_blocking()) plain_.non_blocking(true, ec);  // for write_some; async operations do not care
+  if (ec) co_return 0;
+  const size_t n = plain_.write_some(buffers, ec);
+  if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
+  ec.clear();
+  co_await plain_.async_wait(asio::ip::tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
+  co_return 0;
+}
+
+void PeerStream::SetReceiveLowWater(uint64_t payload_remaining) {
+  constexpr uint64_t kMaxLowWater = 128 * 1024;
+  if (tls_) return;
+  const int wanted = static_cast<int>(std::clamp<uint64_t>(payload_remaining, 1, kMaxLowWater));
+  if (wanted == receive_low_water_) return;
+  boost::system::error_code ignored;
+  plain_.set_option(asio::socket_base::receive_low_watermark(wanted), ignored);
+  receive_low_water_ = wanted;
 }
 
 size_t PeerStream::TryWriteNow(asio::const_buffer bytes, boost::system::error_code& ec) {

@@ -22,15 +22,16 @@
 // requires), which PeerConnection's one reader and one writer guarantee.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
-#include <boost/asio/write.hpp>
 
 namespace kvpeer::daemon {
 
@@ -60,7 +61,19 @@ class PeerStream {
   PeerStream(PeerStream&&) = default;
   PeerStream& operator=(PeerStream&&) = delete;
 
-  bool tls() const { return tls_ != nullptr; }
+  // What differs between plain TCP and TLS is asked here, by what it means
+  // to the connection, rather than "is this TLS?":
+  //
+  // The kernel moves payload bytes straight between the socket and memory
+  // (plain TCP), so a read or write may target an engine's mapping, and a
+  // mapping pulled away shows up as EFAULT (bad_address). False under TLS,
+  // where user space decrypts and encrypts: payload goes through buffers.
+  bool zero_copy() const { return tls_ == nullptr; }
+  // The stream proves who the peer is (a verified certificate), so the
+  // session must check the peer_id it claims (IdentityMismatch).
+  bool authenticates_peer() const { return tls_ != nullptr; }
+  // Handshake must run before any frame: a TLS stream not yet shaken hands.
+  bool needs_handshake() const { return tls_ != nullptr && !handshake_done_; }
   // The TCP socket underneath: connect, options, addresses, close.
   boost::asio::ip::tcp::socket& socket() { return tls_ ? tls_->next_layer() : plain_; }
   const boost::asio::ip::tcp::socket& socket() const { return tls_ ? tls_->next_layer() : plain_; }
@@ -83,20 +96,25 @@ class PeerStream {
     return plain_.async_read_some(buffers, std::forward<Token>(token));
   }
 
-  // Writes some of the buffer sequence: what the socket accepts now, at
-  // least one byte unless it fails.
-  template <typename ConstBuffers, typename Token>
-  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));
-    return plain_.async_write_some(buffers, std::forward<Token>(token));
-  }
+  // Writes some of `buffers`: the bytes written, or 0 when the socket was
+  // full and has become writable again (ask again). Plain TCP writes without
+  // waiting and waits for writability only after the kernel said "would
+  // block". Asio's own async write would not do: after a write that failed
+  // with EFAULT it waits for a writability edge that the kernel never sends
+  // (that failure sets no "no space" mark), and the connection stalls. A
+  // would-block sets the mark, so its edge comes, and on the one-threaded
+  // io_context it cannot come before the wait is queued.
+  boost::asio::awaitable<size_t> WriteSome(const std::vector<boost::asio::const_buffer>& buffers,
+                                           boost::system::error_code& ec);
 
-  // Writes the whole buffer sequence (asio::async_write).
-  template <typename ConstBuffers, typename Token>
-  auto async_write(const ConstBuffers& buffers, Token&& token) {
-    if (tls_) return boost::asio::async_write(*tls_, buffers, std::forward<Token>(token));
-    return boost::asio::async_write(plain_, buffers, std::forward<Token>(token));
-  }
+  // While a payload streams in, the reader wakes only once `payload_remaining`
+  // bytes (at most 128 KiB, at least 1) have arrived (SO_RCVLOWAT): fewer
+  // wake-ups and larger copies per read, like a blocking recv(MSG_WAITALL),
+  // and never a wait for bytes the frame does not owe. Plain TCP only: over
+  // TLS the bytes on the socket are records, not payload.
+  void SetReceiveLowWater(uint64_t payload_remaining);
+  // SO_RCVLOWAT now (1 = every byte wakes the reader).
+  int receive_low_water() const { return receive_low_water_; }
 
   // Best effort, never blocking: writes what the socket takes now (used for
   // a last `disconnect` right before closing). REQUIRES: no write in flight.
@@ -106,6 +124,7 @@ class PeerStream {
   boost::asio::ip::tcp::socket plain_;  // unused (never opened) with TLS
   std::unique_ptr<Tls> tls_;
   bool handshake_done_ = false;
+  int receive_low_water_ = 1;
 };
 
 }  // namespace kvpeer::daemon
