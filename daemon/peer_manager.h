@@ -17,14 +17,12 @@
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
