@@ -109,7 +109,7 @@ asio::awaitable<void> PeerConnection::AcceptTls() {
   co_await stream_.Handshake(asio::ssl::stream_base::server, ec);
   if (closed()) co_return;
   if (ec) {
-    CloseSocketAndSession("TLS handshake failed: " + ec.message());
+    CloseSocketAndSession(session::CloseCause::kTls, "TLS handshake failed: " + ec.message());
     co_return;
   }
   StartLoops();
@@ -146,7 +146,7 @@ void PeerConnection::OnResolved(const std::string& host, const std::string& port
   lookup_.reset();
   if (closed()) return;
   if (outcome.failure) {
-    CloseSocketAndSession("cannot connect to " + remote_ + ": " + outcome.error);
+    CloseSocketAndSession(session::CloseCause::kConnectFailed, "cannot connect to " + remote_ + ": " + outcome.error);
     return;
   }
   phase_.Enter(PeerPhase::kConnecting);
@@ -166,7 +166,8 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
   co_await asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
   if (closed()) co_return;
   if (ec) {
-    CloseSocketAndSession("cannot connect to " + host + ":" + port + ": " + ec.message());
+    CloseSocketAndSession(session::CloseCause::kConnectFailed,
+                          "cannot connect to " + host + ":" + port + ": " + ec.message());
     co_return;
   }
   remote_.clear();  // the address actually connected to
@@ -178,7 +179,8 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
     co_await stream_.Handshake(asio::ssl::stream_base::client, ec);
     if (closed()) co_return;
     if (ec) {
-      CloseSocketAndSession("TLS handshake with " + host + ":" + port + " failed: " + ec.message());
+      CloseSocketAndSession(session::CloseCause::kTls,
+                            "TLS handshake with " + host + ":" + port + " failed: " + ec.message());
       co_return;
     }
   }
@@ -265,8 +267,9 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
         continue;
       }
       if (ec) {
-        CloseSocketAndSession(ec == asio::error::eof ? "peer closed the connection"
-                                                     : "connection lost: " + ec.message());
+        CloseSocketAndSession(session::CloseCause::kConnectionLost, ec == asio::error::eof
+                                                                        ? "peer closed the connection"
+                                                                        : "connection lost: " + ec.message());
         co_return;
       }
     }
@@ -333,8 +336,8 @@ bool PeerConnection::ProcessDecoderState() {
   for (;;) {
     switch (decoder_.state()) {
       case State::kFailed:
-        NoteViolation(decoder_.error(), nullptr);
-        session_->Close(decoder_.error().message(), true);
+        session_->Close(session::CloseCause::kMalformedFrame, decoder_.error().message(), true);
+        NoteViolation(nullptr);
         AfterSessionActivity();
         return false;
       case State::kHeaderReady:
@@ -362,7 +365,7 @@ bool PeerConnection::OnHeaderReady() {
   session::BlockDataPlan plan;
   Status status = session_->OnBlockDataHeader(*block_data, &plan);
   if (!status.ok()) {
-    NoteViolation(status, &decoder_.message());
+    NoteViolation(&decoder_.message());
     AfterSessionActivity();
     return false;
   }
@@ -381,7 +384,7 @@ void PeerConnection::OnFrameReady() {
   if (const auto* block_data = std::get_if<protocol::BlockData>(&message)) {
     session_->OnBlockDataComplete(*block_data);
   } else if (Status status = session_->OnMessage(message); !status.ok()) {
-    NoteViolation(status, &message);
+    NoteViolation(&message);
   }
   if (const uint64_t now_refused = session_->RoundsRefused(); now_refused != refused) {
     const bool lookup = std::holds_alternative<protocol::Lookup>(message);
@@ -422,15 +425,14 @@ void PeerConnection::CountSent(const protocol::Message& message) {
   }
 }
 
-void PeerConnection::NoteViolation(const Status& status, const protocol::Message* message) {
+void PeerConnection::NoteViolation(const protocol::Message* message) {
   if (violation_) return;
-  if (message == nullptr) {  // the frame decoder failed: nothing of the frame is trusted
+  const session::CloseCause cause = session_->close_cause();
+  if (cause == session::CloseCause::kMalformedFrame) {  // nothing of the frame is trusted
     violation_ = "malformed_frame";
-  } else if (status.code() != Status::Code::kViolation) {
-    return;
-  } else if (status.message().ends_with(" before handshake")) {
+  } else if (cause == session::CloseCause::kMessageBeforeHandshake) {
     violation_ = "before_handshake";
-  } else {
+  } else if (cause == session::CloseCause::kBadMessage && message != nullptr) {
     violation_ = "bad_" + std::string(protocol::TypeName(*message));
   }
 }
@@ -475,7 +477,7 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
       co_return;
     }
     if (ec) {
-      CloseSocketAndSession("write failed: " + ec.message());
+      CloseSocketAndSession(session::CloseCause::kConnectionLost, "write failed: " + ec.message());
       co_return;
     }
     CountSent(frame.message);
@@ -549,9 +551,9 @@ asio::awaitable<void> PeerConnection::TickLoop() {
     if (closed()) co_return;
     if (WriterStalled()) {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(liveness_timeout_).count();
-      // "peer silent ..." classifies the close as peer_silent (daemon/reason_labels.cc).
-      CloseSocketAndSession("peer silent as a reader (it stopped reading): the socket accepted no byte for " +
-                            std::to_string(seconds) + " s while frames waited to be written");
+      CloseSocketAndSession(session::CloseCause::kPeerSilent,
+                            "peer silent as a reader (it stopped reading): the socket accepted no byte for " +
+                                std::to_string(seconds) + " s while frames waited to be written");
       co_return;
     }
     ReadBytesBelowLowWater();
@@ -675,22 +677,23 @@ void PeerConnection::TrySendDisconnectNow() {
   }
 }
 
-void PeerConnection::CloseSocketAndSession(const std::string& reason) {
+void PeerConnection::CloseSocketAndSession(session::CloseCause cause, const std::string& reason) {
   if (closed()) return;
   EnterClosed();
   reader_wake_.cancel();
   writer_wake_.cancel();
   tick_timer_.cancel();
-  session_->Close(reason, false);
+  session_->Close(cause, reason, false);
   write_queue_.clear();
   queued_bytes_ = 0;
   AfterSessionActivity();  // the PeerManager logs the close
 }
 
-void PeerConnection::Close(const std::string& reason, bool notify_peer, session::JobFailure failure) {
+void PeerConnection::Close(session::CloseCause cause, const std::string& reason, bool notify_peer,
+                           session::JobFailure failure) {
   if (closed()) return;
   closed_by_owner_ = true;
-  session_->Close(reason, notify_peer, failure);
+  session_->Close(cause, reason, notify_peer, failure);
   AfterSessionActivity();
 }
 

@@ -107,10 +107,11 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // connection with a reason naming the address and the error.
   void StartDial(const std::string& host, const std::string& port, PeerResolver& resolver);
 
-  // Ends the session (its work fails with `reason`) after stopping every
-  // read into a slot, then closes gracefully: disconnect{reason} when
-  // `notify_peer`, after any frame being written, then FIN (see Linger).
-  void Close(const std::string& reason, bool notify_peer = true,
+  // Ends the session for `cause` (its work fails with `reason`) after
+  // stopping every read into a slot, then closes gracefully:
+  // disconnect{reason} when `notify_peer`, after any frame being written,
+  // then FIN (see Linger).
+  void Close(session::CloseCause cause, const std::string& reason, bool notify_peer = true,
              session::JobFailure failure = session::JobFailure::kSessionClosed);
 
   // Operates on the session from outside (engine ops): runs `operation` on
@@ -154,10 +155,11 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   std::string remote_address() const;
   const ConnectionStats& stats() const { return stats_; }
   size_t write_queue_depth() const { return write_queue_.size(); }
-  // For classifying the close: the session was ready at some point; this
-  // node found a protocol violation by the peer (a label such as
-  // "malformed_frame", "before_handshake" or "bad_fetch"); the owner closed
-  // the connection through Close().
+  // For classifying the close (with session().close_cause()): the session
+  // was ready at some point; this node found a protocol violation by the
+  // peer (a label such as "malformed_frame", "before_handshake" or
+  // "bad_fetch", from the close cause); the owner closed the connection
+  // through Close().
   bool ever_ready() const { return ever_ready_; }
   const std::optional<std::string>& violation() const { return violation_; }
   bool closed_by_owner() const { return closed_by_owner_; }
@@ -210,7 +212,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   void AfterSessionActivity();
   void DivertAbandonedFrame();
   void ReadBytesBelowLowWater();
-  void CloseSocketAndSession(const std::string& reason);
+  void CloseSocketAndSession(session::CloseCause cause, const std::string& reason);
   void TrySendDisconnectNow();
   // Keeps the socket of a closed connection open (at most kMaxLinger) until
   // the frame being written is out, then sends the disconnect and a FIN and
@@ -222,7 +224,9 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Counts a frame the session sent and starts a lookup's round-trip clock.
   void CountSent(const protocol::Message& message);
   void CountReceived(const protocol::Message& message);
-  void NoteViolation(const Status& status, const protocol::Message* message);
+  // After the session closed on `message` (nullptr: a frame the decoder
+  // refused): the violation's label, when the close cause is one.
+  void NoteViolation(const protocol::Message* message);
 
   PeerStream stream_;
   boost::asio::ip::tcp::socket& socket_;  // stream_'s TCP socket

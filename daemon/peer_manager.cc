@@ -340,7 +340,7 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
     limits_.Hit(counters_, Counter::kLimitMaxPeers,
                 "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
                     std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
-    connection.Close("too many peers");
+    connection.Close(session::CloseCause::kTooManyPeers, "too many peers");
     return;
   }
   Peer& entry = peers_[peer];
@@ -352,14 +352,14 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
     session::ConnectionFacts incoming{true, false, connection.session().peer_connect()->epoch};
     switch (session::ArbitrateConnections(config_.node_id, peer, existing, incoming)) {
       case session::Arbitration::kCloseNewDuplicate:
-        connection.Close("duplicate");
+        connection.Close(session::CloseCause::kDuplicate, "duplicate");
         return;
       case session::Arbitration::kCloseOldDuplicate:
-        entry.connection->Close("duplicate");
+        entry.connection->Close(session::CloseCause::kDuplicate, "duplicate");
         break;
       case session::Arbitration::kReplaceOld:
         spdlog::info("peer {}: restarted (new epoch); closing the old session", peer);
-        entry.connection->Close("peer restarted");
+        entry.connection->Close(session::CloseCause::kPeerRestarted, "peer restarted");
         break;
       case session::Arbitration::kKeepBoth:
         break;
@@ -599,7 +599,7 @@ ApiStatus PeerManager::Disconnect(const std::string& peer) {
     return Fail(ErrorCode::kNotFound, "no session with peer '" + peer + "'");
   }
   auto connection = it->second.connection;  // keeps it alive through Close
-  connection->Close("disconnected by operator");
+  connection->Close(session::CloseCause::kOperator, "disconnected by operator");
   return std::nullopt;
 }
 
@@ -611,9 +611,11 @@ void PeerManager::Shutdown(const std::string& reason) {
   reap_timer_.cancel();
   std::vector<std::shared_ptr<PeerConnection>> handshaking;
   for (const auto& [connection, source] : handshaking_) handshaking.push_back(connection);
-  for (auto& connection : handshaking) connection->Close(reason, true, session::JobFailure::kShutdown);
+  for (auto& connection : handshaking)
+    connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
   for (auto& [peer, entry] : peers_) {
-    if (auto connection = entry.connection) connection->Close(reason, true, session::JobFailure::kShutdown);
+    if (auto connection = entry.connection)
+      connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
   }
   for (const auto& failed : unbound_supply_.CancelAll(session::JobFailure::kShutdown, reason)) {
     results_.OnStoreResult(failed);

@@ -99,7 +99,8 @@ void PeerMetrics::RecordClose(const PeerConnection& connection) {
                                            : peer_id;
   const std::string address = connection.remote_address();
   const auto& violation = connection.violation();
-  const size_t handshake_kind = ClassifyHandshakeFailure(reason, violation.has_value());
+  const size_t handshake_kind =
+      HandshakeFailureLabel(connection.session().close_cause(), connection.session().peer_disconnect_reason());
   const bool refused = !connection.closed_by_owner() && IsHandshakeRefusal(handshake_kind);
   if (!connection.ever_ready() || refused) {
     // Closing a connection on purpose (duplicate, shutdown, operator)
@@ -116,7 +117,7 @@ void PeerMetrics::RecordClose(const PeerConnection& connection) {
                  detail.empty() ? "" : " (" + detail + ")");
     return;
   }
-  const size_t kind = ClassifySessionClose(reason, violation.has_value());
+  const size_t kind = SessionCloseLabel(connection.session().close_cause());
   ++sessions_closed_[kind];
   const ConnectionStats& stats = connection.stats();
   uint64_t frames_sent = 0, frames_received = 0;

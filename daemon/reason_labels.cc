@@ -1,16 +1,10 @@
 #include "daemon/reason_labels.h"
 
-#include <initializer_list>
-
 namespace kvpeer::daemon {
 namespace {
 
-bool Has(std::string_view text, std::initializer_list<std::string_view> needles) {
-  for (std::string_view needle : needles) {
-    if (text.find(needle) != std::string_view::npos) return true;
-  }
-  return false;
-}
+using session::CloseCause;
+using session::PeerDisconnectReason;
 
 template <size_t N>
 constexpr size_t IndexOf(const std::array<std::string_view, N>& labels, std::string_view label) {
@@ -20,47 +14,90 @@ constexpr size_t IndexOf(const std::array<std::string_view, N>& labels, std::str
   return N - 1;
 }
 
-// Why a connection ended, as this node's I/O or the session words it
-// (peer_connection.cc, peer_session.cc).
-bool ConnectionLost(std::string_view reason) {
-  return Has(reason, {"peer closed the connection", "connection lost", "write failed"});
+// A peer's disconnect before the handshake completed, by its exact reason.
+size_t PeerDisconnectHandshakeLabel(PeerDisconnectReason reason) {
+  const auto& labels = kHandshakeFailureLabels;
+  switch (reason) {
+    case PeerDisconnectReason::kAuthenticationFailed: return IndexOf(labels, "authentication");
+    case PeerDisconnectReason::kNodeNotConfigured: return IndexOf(labels, "peer_not_configured");
+    case PeerDisconnectReason::kShuttingDown: return IndexOf(labels, "peer_shutting_down");
+    case PeerDisconnectReason::kHandshakeTimedOut: return IndexOf(labels, "timeout");
+    // The peer closed on purpose, or said something else (a mismatch it
+    // found, in its own words): none of it may choose a label here.
+    case PeerDisconnectReason::kUnspecified:
+    case PeerDisconnectReason::kDuplicate:
+    case PeerDisconnectReason::kTooManyPeers:
+    case PeerDisconnectReason::kPeerRestarted:
+    case PeerDisconnectReason::kDisconnectedByOperator: break;
+  }
+  return labels.size() - 1;
 }
 
 }  // namespace
 
-size_t ClassifyHandshakeFailure(std::string_view reason, bool violation) {
+size_t HandshakeFailureLabel(CloseCause cause, PeerDisconnectReason peer_reason) {
   const auto& labels = kHandshakeFailureLabels;
-  // The peer's disconnect reason is quoted after "peer disconnected: ", so a
-  // mismatch the peer found is classified like one found here.
-  if (Has(reason, {"authentication failed"})) return IndexOf(labels, "authentication");
-  if (Has(reason, {"config_fingerprint mismatch"})) return IndexOf(labels, "config_fingerprint");
-  if (Has(reason, {"hash_seed mismatch"})) return IndexOf(labels, "hash_seed");
-  if (Has(reason, {"block_len mismatch"})) return IndexOf(labels, "block_len");
-  if (Has(reason, {"wire_major mismatch"})) return IndexOf(labels, "wire_version");
-  if (Has(reason, {"peer_id mismatch", "connect_ack.peer_id"})) return IndexOf(labels, "peer_id");
-  if (Has(reason, {"epoch equals ours"})) return IndexOf(labels, "self_connection");
-  if (Has(reason, {"TLS handshake"})) return IndexOf(labels, "tls");  // daemon/peer_connection.cc
-  if (Has(reason, {"handshake timed out"})) return IndexOf(labels, "timeout");
-  if (Has(reason, {"cannot connect to"})) return IndexOf(labels, "connect_failed");
-  if (violation) return IndexOf(labels, "protocol_violation");
-  if (Has(reason, {"node not configured"})) return IndexOf(labels, "peer_not_configured");
-  if (Has(reason, {"shutting down"})) return IndexOf(labels, "peer_shutting_down");
-  if (ConnectionLost(reason) || Has(reason, {"peer silent"})) return IndexOf(labels, "connection_lost");
+  switch (cause) {
+    case CloseCause::kAuthentication: return IndexOf(labels, "authentication");
+    case CloseCause::kConfigFingerprint: return IndexOf(labels, "config_fingerprint");
+    case CloseCause::kHashSeed: return IndexOf(labels, "hash_seed");
+    case CloseCause::kBlockLen: return IndexOf(labels, "block_len");
+    case CloseCause::kWireVersion: return IndexOf(labels, "wire_version");
+    case CloseCause::kPeerId: return IndexOf(labels, "peer_id");
+    case CloseCause::kSelfConnection: return IndexOf(labels, "self_connection");
+    case CloseCause::kTls: return IndexOf(labels, "tls");
+    case CloseCause::kHandshakeTimeout: return IndexOf(labels, "timeout");
+    case CloseCause::kConnectFailed: return IndexOf(labels, "connect_failed");
+    case CloseCause::kMalformedFrame:
+    case CloseCause::kMessageBeforeHandshake:
+    case CloseCause::kBadMessage: return IndexOf(labels, "protocol_violation");
+    case CloseCause::kConnectionLost:
+    case CloseCause::kPeerSilent: return IndexOf(labels, "connection_lost");
+    case CloseCause::kPeerDisconnected: return PeerDisconnectHandshakeLabel(peer_reason);
+    // Closes this node's owner chose (RecordClose does not count them as
+    // failures) and failures of our own making.
+    case CloseCause::kOpen:
+    case CloseCause::kLocalError:
+    case CloseCause::kOperator:
+    case CloseCause::kShutdown:
+    case CloseCause::kDuplicate:
+    case CloseCause::kPeerRestarted:
+    case CloseCause::kTooManyPeers: break;
+  }
   return labels.size() - 1;
 }
 
 bool IsHandshakeRefusal(size_t kind) { return kind <= IndexOf(kHandshakeFailureLabels, "self_connection"); }
 
-size_t ClassifySessionClose(std::string_view reason, bool violation) {
+size_t SessionCloseLabel(CloseCause cause) {
   const auto& labels = kSessionCloseLabels;
-  if (violation) return IndexOf(labels, "protocol_violation");
-  if (reason.starts_with("peer disconnected")) return IndexOf(labels, "peer_disconnected");
-  if (ConnectionLost(reason)) return IndexOf(labels, "connection_lost");
-  if (reason.starts_with("peer silent")) return IndexOf(labels, "peer_silent");
-  if (reason.starts_with("disconnected by operator")) return IndexOf(labels, "operator");
-  if (Has(reason, {"shutting down"})) return IndexOf(labels, "shutdown");
-  if (reason == "duplicate") return IndexOf(labels, "duplicate");
-  if (reason == "peer restarted") return IndexOf(labels, "peer_restarted");
+  switch (cause) {
+    case CloseCause::kPeerDisconnected: return IndexOf(labels, "peer_disconnected");
+    case CloseCause::kConnectionLost: return IndexOf(labels, "connection_lost");
+    case CloseCause::kPeerSilent: return IndexOf(labels, "peer_silent");
+    case CloseCause::kMalformedFrame:
+    case CloseCause::kMessageBeforeHandshake:
+    case CloseCause::kBadMessage: return IndexOf(labels, "protocol_violation");
+    case CloseCause::kOperator: return IndexOf(labels, "operator");
+    case CloseCause::kShutdown: return IndexOf(labels, "shutdown");
+    case CloseCause::kDuplicate: return IndexOf(labels, "duplicate");
+    case CloseCause::kPeerRestarted: return IndexOf(labels, "peer_restarted");
+    // Handshake causes never end a ready session (a connect after ready is
+    // kBadMessage); the rest have no label of their own.
+    case CloseCause::kOpen:
+    case CloseCause::kAuthentication:
+    case CloseCause::kConfigFingerprint:
+    case CloseCause::kHashSeed:
+    case CloseCause::kBlockLen:
+    case CloseCause::kWireVersion:
+    case CloseCause::kPeerId:
+    case CloseCause::kSelfConnection:
+    case CloseCause::kLocalError:
+    case CloseCause::kHandshakeTimeout:
+    case CloseCause::kConnectFailed:
+    case CloseCause::kTls:
+    case CloseCause::kTooManyPeers: break;
+  }
   return labels.size() - 1;
 }
 

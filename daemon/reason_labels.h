@@ -1,11 +1,13 @@
 // Reason labels: why sessions closed and jobs failed, mapped to a small
 // fixed set of metric label values, so that a label can never take
-// unboundedly many values whatever a peer sends. Failed loads and stores are
-// labelled from their cause (session::JobFailure); session closes and
-// handshake failures are still classified from their free-text reasons
-// (written for people: "config_fingerprint mismatch: ours \"a\", peer \"b\"").
+// unboundedly many values whatever a peer sends. Every label comes from a
+// cause value, never from reason text: session closes and handshake
+// failures from session::CloseCause (and, for a peer's disconnect, from
+// session::PeerDisconnectReason, its exact wire reason), failed loads and
+// stores from session::JobFailure. The switches list every cause, so a new
+// cause is a compile error, not a silent catch-all.
 //
-// Each classifier returns an index into its label array; the last label of
+// Each function returns an index into its label array; the last label of
 // each array is the catch-all.
 //
 // Thread-safety: pure functions over constant tables.
@@ -15,6 +17,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "session/close_cause.h"
+#include "session/peer_disconnect_reason.h"
 #include "session/session_types.h"
 
 namespace kvpeer::daemon {
@@ -25,8 +29,12 @@ inline constexpr std::array<std::string_view, 15> kHandshakeFailureLabels = {
     "authentication",     "config_fingerprint", "hash_seed",       "block_len",          "wire_version",
     "peer_id",            "self_connection",    "tls",             "timeout",            "connect_failed",
     "peer_not_configured", "peer_shutting_down", "connection_lost", "protocol_violation", "other"};
-// `violation`: this node detected a protocol violation by the peer.
-size_t ClassifyHandshakeFailure(std::string_view close_reason, bool violation);
+// A peer's disconnect counts by its exact reason (`peer_reason`): a fixed
+// reason the peer refused us with keeps its label ("authentication failed"
+// is authentication); any other text, including a settings mismatch the
+// peer words in its reason, is "other" on this end (the end that found the
+// mismatch counts it under its field).
+size_t HandshakeFailureLabel(session::CloseCause cause, session::PeerDisconnectReason peer_reason);
 // The handshake failures where one side refused the other's settings or
 // identity (authentication .. self_connection). A node without a PSK of its
 // own may be ready already when its peer refuses it: such a close still
@@ -37,7 +45,7 @@ bool IsHandshakeRefusal(size_t handshake_failure);
 inline constexpr std::array<std::string_view, 9> kSessionCloseLabels = {
     "peer_disconnected", "connection_lost", "peer_silent",    "protocol_violation", "operator",
     "shutdown",          "duplicate",       "peer_restarted", "other"};
-size_t ClassifySessionClose(std::string_view close_reason, bool violation);
+size_t SessionCloseLabel(session::CloseCause cause);
 
 // A failed load's label, from its cause (session::JobResult::failure),
 // never from its reason text. A destination region that shrank is counted

@@ -479,7 +479,7 @@ void Harness::Deliver(const Message& message) {
   // (wire 1.1 section 2: before ready no payload, 64 KiB of header) from its
   // prefix; nothing of it reaches the session, which closes.
   if (!closed() && (header.size() > session_->MaxInboundHeaderLen() || payload_len > session_->MaxInboundPayloadLen())) {
-    session_->Close("frame beyond the inbound limits", true);
+    session_->Close(session::CloseCause::kMalformedFrame, "frame beyond the inbound limits", true);
     return;
   }
   DeliverDecoded(decoded);
@@ -1046,7 +1046,7 @@ void Harness::Step(uint8_t op) {
       std::string reason = in_.Text(8);
       for (char& c : reason) c = static_cast<char>('a' + static_cast<unsigned char>(c) % 26);
       const bool notify = in_.Flag();
-      session_->Close(reason, notify);
+      session_->Close(session::CloseCause::kOperator, reason, notify);
       Check(closed());
       break;
     }
@@ -1121,7 +1121,7 @@ void Harness::CheckClosed() {
 void Harness::Finally() {
   if (!closed()) {
     // End of input: the daemon's reader saw EOF.
-    session_->Close("peer closed the connection", /*notify_peer=*/false);
+    session_->Close(session::CloseCause::kConnectionLost, "peer closed the connection", /*notify_peer=*/false);
   }
   Collect();
   // A closed session refuses new work; a late store still gets its result.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "protocol/limits.h"
+#include "session/peer_disconnect_reason.h"
 #include "session/psk_proof.h"
 
 namespace kvpeer::session {
@@ -29,6 +30,12 @@ Status Mismatch(const std::string& field, const std::string& ours, const std::st
   return Status::Violation(field + " mismatch: ours " + ours + ", peer " + peer);
 }
 
+// The one reason the peer is told for any authentication failure
+// (wire spec, "Authentication and authorisation").
+Status AuthenticationFailed() {
+  return Status::Violation(std::string(DisconnectReasonText(PeerDisconnectReason::kAuthenticationFailed)));
+}
+
 }  // namespace
 
 Handshake::Handshake(HandshakeSettings settings) : settings_(std::move(settings)) {}
@@ -48,8 +55,8 @@ protocol::Connect Handshake::MakeConnect(std::string nonce) {
   return connect;
 }
 
-Status Handshake::Failed(HandshakeFailure kind, Status status) {
-  failure_ = kind;
+Status Handshake::Failed(CloseCause cause, Status status) {
+  failure_ = cause;
   return status;
 }
 
@@ -58,16 +65,16 @@ Status Handshake::OnConnect(const protocol::Connect& peer, std::optional<protoco
   // A second connect (before or after ready) would restart a handshake the
   // peer already completed or is completing: only a confused or hostile
   // peer sends one.
-  if (peer_connect_) return Failed(HandshakeFailure::kViolation, Status::Violation("connect after handshake"));
-  if (!own_connect_) return Failed(HandshakeFailure::kViolation, Status::Internal("connect before ours was sent"));
+  if (peer_connect_) return Failed(CloseCause::kBadMessage, Status::Violation("connect after handshake"));
+  if (!own_connect_) return Failed(CloseCause::kLocalError, Status::Internal("connect before ours was sent"));
   if (settings_.identity_check) {
     if (std::optional<std::string> mismatch = settings_.identity_check(peer.peer_id)) {
       failure_detail_ = std::move(*mismatch);
-      return Failed(HandshakeFailure::kAuthentication, Status::Violation("authentication failed"));
+      return Failed(CloseCause::kAuthentication, AuthenticationFailed());
     }
   }
-  if (Status s = CheckSettings(peer); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
-  if (Status s = CheckIdentity(peer); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
+  if (Status s = CheckSettings(peer); !s.ok()) return s;
+  if (Status s = CheckIdentity(peer); !s.ok()) return s;
   peer_connect_ = peer;
   for (const std::string& feature : settings_.features) {
     const bool peer_has = std::find(peer.features.begin(), peer.features.end(), feature) != peer.features.end();
@@ -84,44 +91,53 @@ Status Handshake::OnConnect(const protocol::Connect& peer, std::optional<protoco
 // The settings two nodes must share for blocks to mean the same thing.
 // wire_minor may differ (1.0 and 1.1 frames interoperate), except with a
 // PSK: 1.0's proofs can be relayed, so a 1.0 peer cannot authenticate.
-Status Handshake::CheckSettings(const protocol::Connect& peer) const {
+Status Handshake::CheckSettings(const protocol::Connect& peer) {
   if (peer.wire_major != protocol::kWireMajor)
-    return Mismatch("wire_major", std::to_string(protocol::kWireMajor), std::to_string(peer.wire_major));
+    return Failed(CloseCause::kWireVersion,
+                  Mismatch("wire_major", std::to_string(protocol::kWireMajor), std::to_string(peer.wire_major)));
+  // A 1.0 peer breaks the PSK rule of wire spec "Authentication and
+  // authorisation"; it was always counted as a protocol violation.
   if (settings_.psk && peer.wire_minor < protocol::kMinWireMinorWithPsk)
-    return Status::Violation("wire_minor mismatch: ours " + std::to_string(protocol::kWireMinor) + ", peer " +
-                             std::to_string(peer.wire_minor) + " (with a PSK at least " +
-                             std::to_string(protocol::kMinWireMinorWithPsk) +
-                             " is required: wire 1.0's proofs can be relayed)");
+    return Failed(CloseCause::kBadMessage,
+                  Status::Violation("wire_minor mismatch: ours " + std::to_string(protocol::kWireMinor) + ", peer " +
+                                    std::to_string(peer.wire_minor) + " (with a PSK at least " +
+                                    std::to_string(protocol::kMinWireMinorWithPsk) +
+                                    " is required: wire 1.0's proofs can be relayed)"));
   if (peer.block_len != settings_.block_len)
-    return Mismatch("block_len", std::to_string(settings_.block_len), std::to_string(peer.block_len));
+    return Failed(CloseCause::kBlockLen,
+                  Mismatch("block_len", std::to_string(settings_.block_len), std::to_string(peer.block_len)));
   if (peer.config_fingerprint != settings_.config_fingerprint)
-    return Mismatch("config_fingerprint", Quote(settings_.config_fingerprint), Quote(peer.config_fingerprint));
+    return Failed(CloseCause::kConfigFingerprint, Mismatch("config_fingerprint", Quote(settings_.config_fingerprint),
+                                                           Quote(peer.config_fingerprint)));
   // The hash seed keys the block hashes; it is not printed (spec section 4).
-  if (peer.hash_seed != settings_.hash_seed) return Status::Violation("hash_seed mismatch");
+  if (peer.hash_seed != settings_.hash_seed)
+    return Failed(CloseCause::kHashSeed, Status::Violation("hash_seed mismatch"));
   return Status::Ok();
 }
 
-Status Handshake::CheckIdentity(const protocol::Connect& peer) const {
+Status Handshake::CheckIdentity(const protocol::Connect& peer) {
   if (dialer() && peer.peer_id != settings_.expected_peer_id)
-    return Status::Violation("peer_id mismatch: dialled " + Quote(settings_.expected_peer_id) + ", peer says " +
-                             Quote(peer.peer_id));
+    return Failed(CloseCause::kPeerId, Status::Violation("peer_id mismatch: dialled " +
+                                                         Quote(settings_.expected_peer_id) + ", peer says " +
+                                                         Quote(peer.peer_id)));
   // Our own epoch coming back is a connection to ourselves or a reflected
   // connect.
   if (peer.epoch == settings_.epoch)
-    return Status::Violation("connect.epoch equals ours (a connection to ourselves, or a reflected connect)");
+    return Failed(CloseCause::kSelfConnection,
+                  Status::Violation("connect.epoch equals ours (a connection to ourselves, or a reflected connect)"));
   return Status::Ok();
 }
 
 Status Handshake::OnConnectAck(const protocol::ConnectAck& ack, std::optional<protocol::ConnectAck>* reply) {
   reply->reset();
-  if (peer_ack_) return Failed(HandshakeFailure::kViolation, Status::Violation("second connect_ack"));
+  if (peer_ack_) return Failed(CloseCause::kBadMessage, Status::Violation("second connect_ack"));
   // A peer acks only after it received our connect, and it sends its own
   // connect first, so on an ordered stream its connect always precedes its ack.
-  if (!peer_connect_) return Failed(HandshakeFailure::kViolation, Status::Violation("connect_ack before connect"));
+  if (!peer_connect_) return Failed(CloseCause::kBadMessage, Status::Violation("connect_ack before connect"));
   // Authentication comes first: nothing else of an unauthenticated peer is
   // looked at (spec section 5).
-  if (Status s = CheckProof(ack); !s.ok()) return Failed(HandshakeFailure::kAuthentication, s);
-  if (Status s = CheckAckMatchesConnect(ack); !s.ok()) return Failed(HandshakeFailure::kViolation, s);
+  if (Status s = CheckProof(ack); !s.ok()) return Failed(CloseCause::kAuthentication, s);
+  if (Status s = CheckAckMatchesConnect(ack); !s.ok()) return s;
   peer_ack_ = ack;
   if (!own_ack_sent_) {  // a PSK acceptor, now that the dialer is proven
     *reply = MakeAck();
@@ -155,19 +171,22 @@ std::string Handshake::ProofBy(bool dialer_proves) const {
 Status Handshake::CheckProof(const protocol::ConnectAck& ack) const {
   if (!settings_.psk) return Status::Ok();  // a proof we did not ask for is ignored
   const std::string expected = ProofBy(/*dialer_proves=*/!dialer());
-  if (!ack.proof || !ProofsEqual(expected, *ack.proof)) return Status::Violation("authentication failed");
+  if (!ack.proof || !ProofsEqual(expected, *ack.proof)) return AuthenticationFailed();
   return Status::Ok();
 }
 
-Status Handshake::CheckAckMatchesConnect(const protocol::ConnectAck& ack) const {
+Status Handshake::CheckAckMatchesConnect(const protocol::ConnectAck& ack) {
   if (ack.wire_major != protocol::kWireMajor)
-    return Mismatch("connect_ack.wire_major", std::to_string(protocol::kWireMajor), std::to_string(ack.wire_major));
+    return Failed(CloseCause::kWireVersion, Mismatch("connect_ack.wire_major", std::to_string(protocol::kWireMajor),
+                                                     std::to_string(ack.wire_major)));
   if (ack.peer_id != peer_connect_->peer_id)
-    return Status::Violation("connect_ack.peer_id " + Quote(ack.peer_id) + " differs from connect.peer_id " +
-                             Quote(peer_connect_->peer_id));
+    return Failed(CloseCause::kPeerId, Status::Violation("connect_ack.peer_id " + Quote(ack.peer_id) +
+                                                         " differs from connect.peer_id " +
+                                                         Quote(peer_connect_->peer_id)));
   if (ack.epoch != peer_connect_->epoch)
-    return Status::Violation("connect_ack.epoch " + Quote(ack.epoch) + " differs from connect.epoch " +
-                             Quote(peer_connect_->epoch));
+    return Failed(CloseCause::kBadMessage, Status::Violation("connect_ack.epoch " + Quote(ack.epoch) +
+                                                             " differs from connect.epoch " +
+                                                             Quote(peer_connect_->epoch)));
   return Status::Ok();
 }
 

@@ -26,6 +26,7 @@
 
 #include "protocol/messages.h"
 #include "base/status.h"
+#include "session/close_cause.h"
 
 namespace kvpeer::session {
 
@@ -49,14 +50,6 @@ struct HandshakeSettings {
   IdentityCheck identity_check;
 };
 
-// Why a handshake step failed, for callers that count failures (never
-// recognised by message text).
-enum class HandshakeFailure {
-  kNone,
-  kViolation,       // malformed order or content, a settings or identity mismatch
-  kAuthentication,  // a missing or wrong proof ("authentication failed")
-};
-
 class Handshake {
  public:
   explicit Handshake(HandshakeSettings settings);
@@ -70,9 +63,9 @@ class Handshake {
   // send now, or stays empty when our ack must wait (a PSK acceptor waits
   // for the dialer's proof). A peer_id the transport's identity does not
   // vouch for is kAuthentication ("authentication failed", before anything
-  // else of the connect is looked at); other errors are kViolation, and a
-  // settings mismatch names the field and both values (only the field for
-  // hash_seed).
+  // else of the connect is looked at); a settings or identity mismatch is
+  // the cause naming its field (its reason names the field and both values,
+  // only the field for hash_seed); other errors are kBadMessage.
   Status OnConnect(const protocol::Connect& peer, std::optional<protocol::ConnectAck>* reply);
 
   // Judges the peer's connect_ack: it must follow the peer's connect, carry
@@ -84,8 +77,9 @@ class Handshake {
 
   // We sent our ack and accepted the peer's (authenticated, with a PSK).
   bool complete() const { return own_ack_sent_ && peer_ack_.has_value(); }
-  // The kind of the last failure (kNone while none happened).
-  HandshakeFailure failure() const { return failure_; }
+  // Why the last step failed (kOpen while none did): a refusal cause
+  // (kAuthentication .. kSelfConnection), kBadMessage, or kLocalError.
+  CloseCause failure() const { return failure_; }
   // For the log, after an identity mismatch: what did not match. The peer
   // is told only "authentication failed".
   const std::string& failure_detail() const { return failure_detail_; }
@@ -96,21 +90,21 @@ class Handshake {
   bool FeatureOn(std::string_view name) const;
 
  private:
-  Status CheckSettings(const protocol::Connect& peer) const;
-  Status CheckIdentity(const protocol::Connect& peer) const;
+  Status CheckSettings(const protocol::Connect& peer);
+  Status CheckIdentity(const protocol::Connect& peer);
   Status CheckProof(const protocol::ConnectAck& ack) const;
-  Status CheckAckMatchesConnect(const protocol::ConnectAck& ack) const;
+  Status CheckAckMatchesConnect(const protocol::ConnectAck& ack);
   // Our connect_ack, with our proof when a PSK is configured.
   protocol::ConnectAck MakeAck() const;
   std::string ProofBy(bool dialer_proves) const;
-  Status Failed(HandshakeFailure kind, Status status);
+  Status Failed(CloseCause cause, Status status);
 
   HandshakeSettings settings_;
   std::optional<protocol::Connect> own_connect_;
   std::optional<protocol::Connect> peer_connect_;
   std::optional<protocol::ConnectAck> peer_ack_;
   bool own_ack_sent_ = false;
-  HandshakeFailure failure_ = HandshakeFailure::kNone;
+  CloseCause failure_ = CloseCause::kOpen;
   std::string failure_detail_;
   std::vector<std::string> features_on_;
 };

@@ -13,6 +13,7 @@
 #include "protocol/codec.h"
 #include "protocol/limits.h"
 #include "session/handshake.h"
+#include "session/peer_disconnect_reason.h"
 
 namespace kvpeer::session {
 
@@ -98,13 +99,16 @@ struct PeerSession::Impl {
   Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
   void OnTick();
   std::optional<TimePoint> NextDeadline() const;
-  void Close(const std::string& reason, bool notify_peer, JobFailure failure = JobFailure::kSessionClosed);
+  void Close(CloseCause cause, const std::string& reason, bool notify_peer,
+             JobFailure failure = JobFailure::kSessionClosed);
   SessionResults TakeResults();
 
   void GatedSend(OutFrame frame);
   void DirectSend(protocol::Message message);
   void DirectSend(OutFrame frame);
-  Status Fail(Status status);
+  Status Fail(CloseCause cause, Status status);
+  // A role's failure: a violation, or a call that should not have been made.
+  Status FailRole(Status status);
   Status MaybeReady();
   void Received() { last_receive = clock(); }
 
@@ -120,7 +124,8 @@ struct PeerSession::Impl {
   // Role frames sent before ready, flushed in order once ready.
   std::deque<OutFrame> queued;
   std::string close_reason;
-  bool peer_refused_authentication = false;  // see PeerSession::peer_refused_authentication
+  CloseCause close_cause = CloseCause::kOpen;
+  PeerDisconnectReason peer_disconnect_reason = PeerDisconnectReason::kUnspecified;
   SessionCounters counters;
   std::optional<Duration> rtt;
   TimePoint started_at{};
@@ -174,9 +179,16 @@ void PeerSession::Impl::DirectSend(OutFrame frame) {
   send(std::move(frame));
 }
 
-Status PeerSession::Impl::Fail(Status status) {
-  Close(status.message(), /*notify_peer=*/true);
+Status PeerSession::Impl::Fail(CloseCause cause, Status status) {
+  Close(cause, status.message(), /*notify_peer=*/true);
   return status;
+}
+
+Status PeerSession::Impl::FailRole(Status status) {
+  if (status.ok()) return status;
+  const CloseCause cause =
+      status.code() == Status::Code::kViolation ? CloseCause::kBadMessage : CloseCause::kLocalError;
+  return Fail(cause, std::move(status));
 }
 
 Status PeerSession::Impl::MaybeReady() {
@@ -206,7 +218,8 @@ Status PeerSession::Impl::Dispatch(const protocol::Message& message) {
         // then (after ready it is ignored, for forward compatibility).
         if constexpr (kIsRoleMessage<T> || std::is_same_v<T, protocol::Unknown>) {
           if (state != State::kReady)
-            return Fail(Status::Violation(std::string(protocol::TypeName(protocol::Message(m))) + " before handshake"));
+            return Fail(CloseCause::kMessageBeforeHandshake,
+                        Status::Violation(std::string(protocol::TypeName(protocol::Message(m))) + " before handshake"));
         }
         return Handle(m);
       },
@@ -215,7 +228,7 @@ Status PeerSession::Impl::Dispatch(const protocol::Message& message) {
 
 Status PeerSession::Impl::Handle(const protocol::Connect& message) {
   std::optional<protocol::ConnectAck> ack;
-  if (Status s = handshake.OnConnect(message, &ack); !s.ok()) return Fail(s);
+  if (Status s = handshake.OnConnect(message, &ack); !s.ok()) return Fail(handshake.failure(), s);
   if (expected_peer_id.empty()) peer_id = message.peer_id;
   // Without a PSK (and for a PSK dialer) answered at once, whether or not
   // the peer's ack has arrived; a PSK acceptor waits for the dialer's proof
@@ -226,7 +239,7 @@ Status PeerSession::Impl::Handle(const protocol::Connect& message) {
 
 Status PeerSession::Impl::Handle(const protocol::ConnectAck& message) {
   std::optional<protocol::ConnectAck> ack;
-  if (Status s = handshake.OnConnectAck(message, &ack); !s.ok()) return Fail(s);
+  if (Status s = handshake.OnConnectAck(message, &ack); !s.ok()) return Fail(handshake.failure(), s);
   if (ack) DirectSend(protocol::Message(std::move(*ack)));  // a PSK acceptor, the dialer now proven
   return MaybeReady();
 }
@@ -234,11 +247,10 @@ Status PeerSession::Impl::Handle(const protocol::ConnectAck& message) {
 Status PeerSession::Impl::Handle(const protocol::Disconnect& message) {
   std::string reason = "peer disconnected";
   if (message.reason) reason += ": " + *message.reason;
-  // A reason the spec fixes (wire-protocol.md section 5), so a wire value
-  // to compare, not our own message text. Without a key of its own this
-  // end may have been ready already when the peer refused it.
-  peer_refused_authentication = message.reason == "authentication failed";
-  Close(reason, /*notify_peer=*/false);  // the peer has gone; answering is pointless
+  // Peer input: mapped once, by exact match, so no text the peer sends
+  // can choose how this close is counted (peer_disconnect_reason.h).
+  peer_disconnect_reason = ParseDisconnectReason(message.reason);
+  Close(CloseCause::kPeerDisconnected, reason, /*notify_peer=*/false);  // the peer has gone; answering is pointless
   return Status::Unavailable(reason);
 }
 
@@ -263,8 +275,7 @@ Status PeerSession::Impl::Handle(const protocol::Lookup& message) {
 }
 
 Status PeerSession::Impl::Handle(const protocol::Fetch& message) {
-  if (Status s = server->OnFetch(message); !s.ok()) return Fail(s);
-  return Status::Ok();
+  return FailRole(server->OnFetch(message));
 }
 
 Status PeerSession::Impl::Handle(const protocol::AbortFetch& message) {
@@ -278,18 +289,16 @@ Status PeerSession::Impl::Handle(const protocol::LookupResp& message) {
 }
 
 Status PeerSession::Impl::Handle(const protocol::TransferDone& message) {
-  if (Status s = client->OnTransferDone(message); !s.ok()) return Fail(s);
-  return Status::Ok();
+  return FailRole(client->OnTransferDone(message));
 }
 
 Status PeerSession::Impl::Handle(const protocol::AbortAck& message) {
-  if (Status s = client->OnAbortAck(message); !s.ok()) return Fail(s);
-  return Status::Ok();
+  return FailRole(client->OnAbortAck(message));
 }
 
 Status PeerSession::Impl::Handle(const protocol::BlockData&) {
   // The payload needs a destination plan; only OnBlockDataHeader can give one.
-  return Fail(Status::Internal("block_data passed to OnMessage instead of OnBlockDataHeader"));
+  return Fail(CloseCause::kLocalError, Status::Internal("block_data passed to OnMessage instead of OnBlockDataHeader"));
 }
 
 Status PeerSession::Impl::Handle(const protocol::Unknown&) {
@@ -302,9 +311,9 @@ Status PeerSession::Impl::OnBlockDataHeader(const protocol::BlockData& message, 
   if (state == State::kClosed) return Status::Unavailable("session closed: " + close_reason);
   ++counters.frames_received;
   Received();
-  if (state != State::kReady) return Fail(Status::Violation("block_data before handshake"));
-  if (Status s = client->OnBlockDataHeader(message, plan); !s.ok()) return Fail(s);
-  return Status::Ok();
+  if (state != State::kReady)
+    return Fail(CloseCause::kMessageBeforeHandshake, Status::Violation("block_data before handshake"));
+  return FailRole(client->OnBlockDataHeader(message, plan));
 }
 
 void PeerSession::Impl::OnTick() {
@@ -316,11 +325,12 @@ void PeerSession::Impl::OnTick() {
   }
   const TimePoint now = clock();
   if (state == State::kHandshaking && now - started_at >= config.handshake_timeout) {
-    Close("handshake timed out", /*notify_peer=*/true);
+    Close(CloseCause::kHandshakeTimeout,
+          std::string(DisconnectReasonText(PeerDisconnectReason::kHandshakeTimedOut)), /*notify_peer=*/true);
     return;
   }
   if (now - last_receive >= config.liveness_timeout) {
-    Close("peer silent for " + FormatDuration(config.liveness_timeout), /*notify_peer=*/true);
+    Close(CloseCause::kPeerSilent, "peer silent for " + FormatDuration(config.liveness_timeout), /*notify_peer=*/true);
     return;
   }
   if (now - last_send >= config.ping_interval) {
@@ -345,7 +355,7 @@ std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   return next;
 }
 
-void PeerSession::Impl::Close(const std::string& reason, bool notify_peer, JobFailure failure) {
+void PeerSession::Impl::Close(CloseCause cause, const std::string& reason, bool notify_peer, JobFailure failure) {
   if (state == State::kClosed) return;
   // Results the roles already hold are collected first, so the roles' Close
   // reports only what is still open and no job is reported twice.
@@ -357,6 +367,7 @@ void PeerSession::Impl::Close(const std::string& reason, bool notify_peer, JobFa
   closed_results.round_events += server->TakeRoundEvents();
   if (notify_peer) DirectSend(protocol::Message(protocol::Disconnect{CapReason(reason)}));
   state = State::kClosed;
+  close_cause = cause;
   close_reason = reason.empty() ? "closed" : reason;
   queued.clear();  // their work fails below
   ping_nonce.reset();
@@ -404,13 +415,14 @@ uint64_t PeerSession::MaxInboundPayloadLen() const {
   return ready() ? protocol::kMaxPayloadLen : protocol::kMaxPayloadLenBeforeReady;
 }
 
-bool PeerSession::authentication_failed() const {
-  return impl_->handshake.failure() == HandshakeFailure::kAuthentication;
-}
+bool PeerSession::authentication_failed() const { return impl_->handshake.failure() == CloseCause::kAuthentication; }
 
 const std::string& PeerSession::authentication_detail() const { return impl_->handshake.failure_detail(); }
 
-bool PeerSession::peer_refused_authentication() const { return impl_->peer_refused_authentication; }
+bool PeerSession::peer_refused_authentication() const {
+  return impl_->close_cause == CloseCause::kPeerDisconnected &&
+         impl_->peer_disconnect_reason == PeerDisconnectReason::kAuthenticationFailed;
+}
 
 bool PeerSession::FeatureOn(std::string_view name) const { return ready() && impl_->handshake.FeatureOn(name); }
 
@@ -422,6 +434,8 @@ bool PeerSession::dialled_locally() const { return !impl_->expected_peer_id.empt
 const std::optional<protocol::Connect>& PeerSession::peer_connect() const { return impl_->handshake.peer_connect(); }
 const std::string& PeerSession::peer_id() const { return impl_->peer_id; }
 const std::string& PeerSession::close_reason() const { return impl_->close_reason; }
+CloseCause PeerSession::close_cause() const { return impl_->close_cause; }
+PeerDisconnectReason PeerSession::peer_disconnect_reason() const { return impl_->peer_disconnect_reason; }
 const SessionCounters& PeerSession::counters() const { return impl_->counters; }
 std::optional<Duration> PeerSession::rtt() const { return impl_->rtt; }
 
@@ -509,8 +523,8 @@ void PeerSession::FinishServer(const std::string& kv_request_id) {
 void PeerSession::NoteBytesReceived() { impl_->Received(); }
 
 SessionResults PeerSession::TakeResults() { return impl_->TakeResults(); }
-void PeerSession::Close(const std::string& reason, bool notify_peer, JobFailure failure) {
-  impl_->Close(reason, notify_peer, failure);
+void PeerSession::Close(CloseCause cause, const std::string& reason, bool notify_peer, JobFailure failure) {
+  impl_->Close(cause, reason, notify_peer, failure);
 }
 size_t PeerSession::LoadsInFlight() const { return impl_->client->LoadsInFlight(); }
 size_t PeerSession::RoundsServing() const { return impl_->server->RoundsServing(); }

@@ -44,7 +44,9 @@
 #include "protocol/messages.h"
 #include "base/status.h"
 #include "session/client_role.h"
+#include "session/close_cause.h"
 #include "session/handshake.h"
+#include "session/peer_disconnect_reason.h"
 #include "session/server_role.h"
 #include "session/session_types.h"
 
@@ -131,8 +133,8 @@ class PeerSession {
   bool authentication_failed() const;
   // After an identity mismatch: what did not match, for the log.
   const std::string& authentication_detail() const;
-  // The peer closed the handshake with disconnect{reason:"authentication
-  // failed"}: it refused our proof.
+  // The peer closed the session with disconnect{reason:"authentication
+  // failed"}: it refused our proof (or identity).
   bool peer_refused_authentication() const;
   // The features on for this connection: both connects listed them. Empty
   // (and FeatureOn false) until ready.
@@ -143,8 +145,14 @@ class PeerSession {
   const std::optional<protocol::Connect>& peer_connect() const;
   // The peer's node id: the dialled one, or the one its connect named.
   const std::string& peer_id() const;
-  // Why the session closed (empty while open).
+  // Why the session closed, for people (empty while open): logs and
+  // status; never parsed.
   const std::string& close_reason() const;
+  // Why the session closed, for counting (kOpen while open).
+  CloseCause close_cause() const;
+  // What the peer's disconnect said, when close_cause() is
+  // kPeerDisconnected (kUnspecified otherwise).
+  PeerDisconnectReason peer_disconnect_reason() const;
   const SessionCounters& counters() const;
   // Last ping round trip, once measured.
   std::optional<Duration> rtt() const;
@@ -192,11 +200,12 @@ class PeerSession {
 
   SessionResults TakeResults();
 
-  // Ends the session: sends disconnect{reason} when `notify_peer`, then ends
-  // every load and store job with a failure result (returned by the next
-  // TakeResults, together with the failed request ids); failed loads count
-  // as `failure` (kShutdown when the node stops). Idempotent.
-  void Close(const std::string& reason, bool notify_peer = true,
+  // Ends the session for `cause`: sends disconnect{reason} when
+  // `notify_peer`, then ends every load and store job with a failure result
+  // (returned by the next TakeResults, together with the failed request
+  // ids); failed loads count as `failure` (kShutdown when the node stops).
+  // Idempotent: the first cause and reason stay.
+  void Close(CloseCause cause, const std::string& reason, bool notify_peer = true,
              JobFailure failure = JobFailure::kSessionClosed);
 
   size_t LoadsInFlight() const;

@@ -38,8 +38,8 @@
 #include "daemon/metrics_text.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_manager.h"
-#include "daemon/reason_labels.h"
 #include "daemon/shm_region.h"
+#include "protocol/frame.h"
 #include "daemon_fixture.h"
 #include "exposition_check.h"
 
@@ -209,71 +209,6 @@ TEST_CASE("the strict checker itself refuses malformed expositions") {
   CHECK(problems(head + "h_bucket{le=\"+Inf\"} 1\nh_count 1\n") > 0);                         // no _sum
   CHECK(problems(head + "h 1\n") > 0);                                                        // bare histogram sample
   CHECK(problems(head + "h_count{le=\"1\"} 1\n") > 0);                                        // le on _count
-}
-
-// ---------------------------------------------------------------------------
-// Reason labels
-
-TEST_CASE("close and failure reasons map to their fixed labels") {
-  const auto handshake = [](const std::string& reason, bool violation = false) {
-    return std::string(kHandshakeFailureLabels[ClassifyHandshakeFailure(reason, violation)]);
-  };
-  CHECK(handshake("config_fingerprint mismatch: ours \"a\", peer \"b\"", true) == "config_fingerprint");
-  CHECK(handshake("peer disconnected: config_fingerprint mismatch: ours \"b\", peer \"a\"") == "config_fingerprint");
-  CHECK(handshake("hash_seed mismatch", true) == "hash_seed");
-  CHECK(handshake("peer disconnected: hash_seed mismatch") == "hash_seed");
-  CHECK(handshake("block_len mismatch: ours 4096, peer 8192", true) == "block_len");
-  CHECK(handshake("wire_major mismatch: ours 1, peer 2", true) == "wire_version");
-  CHECK(handshake("authentication failed", true) == "authentication");
-  CHECK(handshake("peer disconnected: authentication failed") == "authentication");
-  CHECK(handshake("peer_id mismatch: dialled \"a:1\", peer says \"b:1\"", true) == "peer_id");
-  CHECK(handshake("connect.epoch equals ours (a connection to ourselves, or a reflected connect)", true) ==
-        "self_connection");
-  CHECK(handshake("handshake timed out") == "timeout");
-  CHECK(handshake("TLS handshake failed: certificate verify failed (SSL routines)") == "tls");
-  CHECK(handshake("TLS handshake with 10.0.0.9:5710 failed: tlsv1 alert unknown ca") == "tls");
-  CHECK(handshake("cannot connect to 10.0.0.9:5710: Connection refused") == "connect_failed");
-  CHECK(handshake("peer disconnected: node not configured") == "peer_not_configured");
-  CHECK(handshake("peer disconnected: kvpeerd is shutting down") == "peer_shutting_down");
-  CHECK(handshake("peer closed the connection") == "connection_lost");
-  CHECK(handshake("lookup before handshake", true) == "protocol_violation");
-  CHECK(handshake("something new") == "other");
-
-  const auto close = [](const std::string& reason, bool violation = false) {
-    return std::string(kSessionCloseLabels[ClassifySessionClose(reason, violation)]);
-  };
-  CHECK(close("peer disconnected: disconnected by operator") == "peer_disconnected");
-  CHECK(close("connection lost: Connection reset by peer") == "connection_lost");
-  CHECK(close("write failed: Broken pipe") == "connection_lost");
-  CHECK(close("peer silent for 10 s") == "peer_silent");
-  CHECK(close("fetch: duplicate fetch for round 3", true) == "protocol_violation");
-  CHECK(close("disconnected by operator") == "operator");
-  CHECK(close("kvpeerd is shutting down") == "shutdown");
-  CHECK(close("duplicate") == "duplicate");
-  CHECK(close("peer restarted") == "peer_restarted");
-  CHECK(close("?") == "other");
-
-  // A load's label comes from its cause, whatever its reason says.
-  const auto load = [](session::JobFailure cause) { return std::string(kLoadFailureLabels[LoadFailureLabel(cause)]); };
-  CHECK(load(session::JobFailure::kTimeout) == "timeout");
-  CHECK(load(session::JobFailure::kRequestFinished) == "request_finished");
-  CHECK(load(session::JobFailure::kPeerFailed) == "peer_failed");
-  CHECK(load(session::JobFailure::kIncomplete) == "incomplete");
-  CHECK(load(session::JobFailure::kChecksum) == "checksum");
-  CHECK(load(session::JobFailure::kShutdown) == "shutdown");
-  CHECK(load(session::JobFailure::kSessionClosed) == "session_closed");
-  CHECK(load(session::JobFailure::kSlotsUnmapped) == "session_closed");
-
-  const auto store = [](session::JobFailure cause) {
-    return std::string(kStoreFailureLabels[StoreFailureLabel(cause)]);
-  };
-  CHECK(store(session::JobFailure::kTimeout) == "timeout");
-  CHECK(store(session::JobFailure::kUnfetched) == "unfetched");
-  CHECK(store(session::JobFailure::kAborted) == "aborted");
-  CHECK(store(session::JobFailure::kShutdown) == "shutdown");
-  CHECK(store(session::JobFailure::kSessionClosed) == "session_closed");
-  CHECK(store(session::JobFailure::kNotServed) == "other");
-  CHECK(store(session::JobFailure::kRefused) == "other");
 }
 
 // ---------------------------------------------------------------------------
@@ -521,6 +456,34 @@ TEST_CASE("a fingerprint mismatch is a handshake failure on both sides, logged w
   CHECK(log.Has("handshake failed (config_fingerprint): config_fingerprint mismatch"));
   a.peers->Shutdown("test over");
   c.peers->Shutdown("test over");
+  RunUntil(io, [] { return false; });
+}
+
+TEST_CASE("a peer's disconnect text during the handshake cannot choose the failure's label") {
+  // Attack: the peer words its disconnect like a refusal this node would
+  // count under a specific label; only an exact fixed reason may do that.
+  const std::string said = GENERATE(std::string("x authentication failed y"),
+                                    std::string("peer silent config_fingerprint mismatch"));
+  LogCapture log;
+  asio::io_context io;
+  Node a(io, "fp-one");
+  const std::string address = a.peers->listen_address();
+  const uint16_t port = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  asio::ip::tcp::socket attacker(io);
+  attacker.connect({asio::ip::make_address("127.0.0.1"), port});
+  asio::write(attacker, asio::buffer(protocol::EncodeFrame(protocol::Disconnect{said})));
+  REQUIRE(RunUntil(io, [&] {
+    auto value = SampleValue(a.Scrape(), "kvpeer_peer_handshake_failures_total", {{"reason", "other"}});
+    return value && *value == 1;
+  }));
+  const std::vector<ParsedSample> on_a = a.Scrape();
+  for (const char* label : {"authentication", "config_fingerprint", "connection_lost"}) {
+    INFO(label);
+    CHECK(SampleValue(on_a, "kvpeer_peer_handshake_failures_total", {{"reason", label}}).value_or(0) == 0);
+  }
+  INFO(log.All());
+  CHECK(log.Has("handshake failed (other): peer disconnected: " + said));
+  a.peers->Shutdown("test over");
   RunUntil(io, [] { return false; });
 }
 

@@ -54,14 +54,15 @@ TEST_CASE("peer connection: WithSession runs the after-step and returns the oper
 TEST_CASE("peer connection: closed before it started, it is closed and says so once", "[peer_connection]") {
   UnstartedConnection fixture;
   PeerConnection& connection = *fixture.connection;
-  connection.Close("shutting down");
+  connection.Close(session::CloseCause::kShutdown, "shutting down");
   CHECK(connection.closed());
   CHECK(connection.closed_by_owner());
   CHECK(fixture.listener.closes == 1);
-  connection.Close("again");  // no second close, no second report
+  connection.Close(session::CloseCause::kOperator, "again");  // no second close, no second report
   connection.WithSession([](session::PeerSession&) {});
   CHECK(fixture.listener.closes == 1);
   CHECK(connection.session().close_reason() == "shutting down");
+  CHECK(connection.session().close_cause() == session::CloseCause::kShutdown);
 }
 
 }  // namespace

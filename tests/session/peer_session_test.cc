@@ -14,57 +14,6 @@ using namespace std::chrono_literals;
 using protocol::Message;
 using State = PeerSession::State;
 
-// One session whose peer is played by the test, frame by frame.
-struct LoneSession {
-  explicit LoneSession(std::string expected_peer = "node-b:7000") : node("node-a:7000", 1) {
-    Make(std::move(expected_peer));
-  }
-
-  void Make(std::string expected_peer) {
-    log.Clear();
-    session = std::make_unique<PeerSession>(node.config, clock.AsClock(), log.AsSend(), node.index,
-                                            std::move(expected_peer));
-    session->Start();
-  }
-
-  protocol::Connect PeerConnect() const {
-    protocol::Connect c;
-    c.peer_id = "node-b:7000";
-    c.epoch = Token(2);
-    c.block_len = kBlockLen;
-    c.config_fingerprint = "fp-1";
-    c.hash_seed = "seed-0";
-    c.nonce = Token(77);
-    return c;
-  }
-
-  protocol::ConnectAck PeerAck() const {
-    protocol::ConnectAck ack;
-    ack.peer_id = "node-b:7000";
-    ack.epoch = Token(2);
-    return ack;
-  }
-
-  const protocol::Connect& OurConnect() const { return std::get<protocol::Connect>(log.frames.at(0).message); }
-
-  void MakeReady() {
-    REQUIRE(session->OnMessage(PeerConnect()).ok());
-    REQUIRE(session->OnMessage(PeerAck()).ok());
-    REQUIRE(session->ready());
-  }
-
-  const Message& Last() const { return log.frames.back().message; }
-  std::string LastDisconnectReason() const {
-    const auto* d = std::get_if<protocol::Disconnect>(&Last());
-    return d && d->reason ? *d->reason : "<no disconnect>";
-  }
-
-  FakeClock clock;
-  FrameLog log;
-  TestNode node;
-  std::unique_ptr<PeerSession> session;
-};
-
 // Publishes `key` on `node` at `block`, filled with a pattern from `seed`.
 void PublishFilled(TestNode& node, const protocol::Key& key, uint32_t block, uint64_t seed) {
   node.region->Fill(block, seed);
@@ -773,7 +722,7 @@ TEST_CASE("NextDeadline is the earliest timer", "[session]") {
   REQUIRE(p.a.session->RequestBlocks(1, "pd", {"k"}, {0}, p.a.region->Sink()).ok());
   p.pipe.Pump();
   CHECK(*p.a.session->NextDeadline() <= start + 10s);
-  p.a.session->Close("bye");
+  p.a.session->Close(CloseCause::kOperator, "bye");
   CHECK_FALSE(p.a.session->NextDeadline().has_value());
 }
 
@@ -833,7 +782,7 @@ TEST_CASE("a disconnect closes without answering", "[session]") {
 TEST_CASE("a closed session does nothing and fails new work at once", "[session]") {
   LoneSession t;
   t.MakeReady();
-  t.session->Close("operator request");
+  t.session->Close(CloseCause::kOperator, "operator request");
   const size_t sent = t.log.frames.size();
   const uint64_t received = t.session->counters().frames_received;
   CHECK(t.session->OnMessage(protocol::Ping{Token(4)}).code() == Status::Code::kUnavailable);
@@ -866,18 +815,19 @@ TEST_CASE("Close is idempotent, notifies when asked and drops queued frames", "[
   p.Connect();
   REQUIRE(p.a.session->RequestBlocks(1, "pd", {"k"}, {0}, p.a.region->Sink()).ok());
   SECTION("notify") {
-    p.a.session->Close("going away");
-    p.a.session->Close("again");
+    p.a.session->Close(CloseCause::kOperator, "going away");
+    p.a.session->Close(CloseCause::kShutdown, "again");
     CHECK(p.a.session->close_reason() == "going away");
+    CHECK(p.a.session->close_cause() == CloseCause::kOperator);  // the first close stays
     REQUIRE(p.pipe.Queued(SessionPipe::kA) == 2);  // connect, disconnect; the fetch was dropped
     CHECK(std::get<protocol::Disconnect>(p.pipe.Outbox(SessionPipe::kA).back().message).reason == "going away");
   }
   SECTION("silent") {
-    p.a.session->Close("socket error", /*notify_peer=*/false);
+    p.a.session->Close(CloseCause::kConnectionLost, "socket error", /*notify_peer=*/false);
     CHECK(p.pipe.Queued(SessionPipe::kA) == 1);
   }
   SECTION("empty reason") {
-    p.a.session->Close("");
+    p.a.session->Close(CloseCause::kOperator, "");
     CHECK(p.a.session->close_reason() == "closed");
   }
   const SessionResults r = p.a.session->TakeResults();
@@ -890,7 +840,7 @@ TEST_CASE("Close is idempotent, notifies when asked and drops queued frames", "[
 TEST_CASE("a long violation reason is capped to the wire limit", "[session]") {
   LoneSession t;
   t.MakeReady();
-  t.session->Close(std::string(5000, 'r') + "\xc3\xa9");
+  t.session->Close(CloseCause::kOperator, std::string(5000, 'r') + "\xc3\xa9");
   const std::string sent = t.LastDisconnectReason();
   CHECK(sent.size() <= 4096);
   CHECK(sent.substr(sent.size() - 3) == "...");

@@ -486,13 +486,13 @@ class Simulation {
     const int n = static_cast<int>(Uniform(2));
     const bool notify = Chance(0.5);
     Trace("close n" + std::to_string(n) + (notify ? " with disconnect" : " silently"));
-    S(n).Close("operator request", notify);
+    S(n).Close(CloseCause::kOperator, "operator request", notify);
   }
   void OpRestart() {
     const int n = static_cast<int>(Uniform(2));
     Trace("peer restart n" + std::to_string(n));
-    S(0).Close("restart", false);
-    S(1).Close("restart", false);
+    S(0).Close(CloseCause::kPeerRestarted, "restart", false);
+    S(1).Close(CloseCause::kPeerRestarted, "restart", false);
     nodes_[n].epoch_seed += 10;  // a new daemon incarnation
   }
   void OpUnknown() {
@@ -544,8 +544,8 @@ class Simulation {
       if (nodes_[n].region->total_live_pins() != 0) Fail("pins left after every request finished");
       if (S(n).LoadsInFlight() != 0 || S(n).RoundsServing() != 0) Fail("work left after every request finished");
     }
-    S(0).Close("shutdown");
-    S(1).Close("shutdown");
+    S(0).Close(CloseCause::kShutdown, "shutdown");
+    S(1).Close(CloseCause::kShutdown, "shutdown");
     pipe_.Pump();
     Collect();
     for (const auto& [id, job] : jobs_)

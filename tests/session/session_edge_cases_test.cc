@@ -141,7 +141,8 @@ TEST_CASE("E55 a write failure closes the session and fails its work", "[session
   p.ConnectAndPump();
   REQUIRE(p.a.session->RequestBlocks(1, "pd", {"k1"}, {0}, p.a.region->Sink()).ok());
   const size_t queued = p.pipe.Queued(SessionPipe::kA);
-  p.a.session->Close("write failed: broken pipe", /*notify_peer=*/false);  // what the daemon does
+  // What the daemon does.
+  p.a.session->Close(CloseCause::kConnectionLost, "write failed: broken pipe", /*notify_peer=*/false);
   CHECK(p.pipe.Queued(SessionPipe::kA) == queued);
   const SessionResults r = p.a.session->TakeResults();
   REQUIRE(r.loads.size() == 1);
@@ -176,7 +177,7 @@ TEST_CASE("E58 Close surfaces store results queued before it", "[session]") {
   p.b.session->AddSupply(7, "pd", {"k1"}, {p.b.region->Pin(3)});
   REQUIRE(p.a.session->RequestBlocks(1, "pd", {"k1"}, {20}, p.a.region->Sink()).ok());
   p.pipe.Pump();
-  p.b.session->Close("shutdown");  // its store result was not taken yet
+  p.b.session->Close(CloseCause::kShutdown, "shutdown");  // its store result was not taken yet
   const SessionResults r = p.b.session->TakeResults();
   REQUIRE(r.stores.size() == 1);
   CHECK(r.stores[0].job_id == 7);
@@ -257,7 +258,7 @@ TEST_CASE("E61 close results: in-flight loads, unresolved probes, unloaded hits,
   REQUIRE(a.RequestBlocks(2, "load-2", {"y"}, {1}, p.a.region->Sink()).ok());
   a.AddSupply(50, "b-request", {"k9"}, {p.a.region->Pin(9)});
   a.AddSupply(51, "b-request-2", {"k8"}, {p.a.region->Pin(8)});
-  a.Close("peer restarted");
+  a.Close(CloseCause::kPeerRestarted, "peer restarted");
   SessionResults r = a.TakeResults();
   std::vector<JobId> loads, stores;
   for (const auto& l : r.loads) loads.push_back(l.job_id);
@@ -270,7 +271,7 @@ TEST_CASE("E61 close results: in-flight loads, unresolved probes, unloaded hits,
   CHECK(r.failed_request_ids == std::vector<std::string>{"load-1", "load-2", "resolved", "unresolved"});
   for (const auto& s : r.stores) CHECK_FALSE(s.success);
   CHECK(p.a.region->total_live_pins() == 0);
-  a.Close("again");
+  a.Close(CloseCause::kShutdown, "again");
   const SessionResults again = a.TakeResults();
   CHECK(again.loads.empty());
   CHECK(again.stores.empty());
@@ -281,7 +282,7 @@ TEST_CASE("E61 a session closed before the handshake fails its buffered work onl
   SessionPair p;
   p.Connect();
   p.a.session->AddSupply(60, "b-req", {"k"}, {p.a.region->Pin(0)});
-  p.a.session->Close("dial failed", false);
+  p.a.session->Close(CloseCause::kConnectFailed, "dial failed", false);
   const SessionResults r = p.a.session->TakeResults();
   CHECK(r.loads.empty());
   REQUIRE(r.stores.size() == 1);
@@ -326,7 +327,7 @@ TEST_CASE("E64 session parts: store before fetch is parked and served; a dead pe
   REQUIRE(ra.loads.size() == 1);
   CHECK(ra.loads[0].success);
   CHECK(SameBytes(p.a.region->Block(12), p.b.region->Block(4)));
-  p.a.session->Close("peer gone");
+  p.a.session->Close(CloseCause::kOperator, "peer gone");
   CHECK(p.a.session->RegisterLookup("r", "k") == ProbeAnswer::kMiss);
   CHECK(p.a.session->RequestBlocks(2, "pd2", {"k4"}, {13}, p.a.region->Sink()).code() ==
         Status::Code::kUnavailable);

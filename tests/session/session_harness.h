@@ -1,7 +1,9 @@
 // Helpers for the PeerSession tests: deterministic tokens, a node (region,
-// index, session) and a pair of nodes joined by a SessionPipe.
+// index, session), a lone session whose peer the test plays, and a pair of
+// nodes joined by a SessionPipe.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -49,6 +51,57 @@ struct TestNode {
   SessionConfig config;
   std::shared_ptr<MemoryRegion> region;
   MemoryIndex index;
+  std::unique_ptr<PeerSession> session;
+};
+
+// One session whose peer is played by the test, frame by frame.
+struct LoneSession {
+  explicit LoneSession(std::string expected_peer = "node-b:7000") : node("node-a:7000", 1) {
+    Make(std::move(expected_peer));
+  }
+
+  void Make(std::string expected_peer) {
+    log.Clear();
+    session = std::make_unique<PeerSession>(node.config, clock.AsClock(), log.AsSend(), node.index,
+                                            std::move(expected_peer));
+    session->Start();
+  }
+
+  protocol::Connect PeerConnect() const {
+    protocol::Connect c;
+    c.peer_id = "node-b:7000";
+    c.epoch = Token(2);
+    c.block_len = kBlockLen;
+    c.config_fingerprint = "fp-1";
+    c.hash_seed = "seed-0";
+    c.nonce = Token(77);
+    return c;
+  }
+
+  protocol::ConnectAck PeerAck() const {
+    protocol::ConnectAck ack;
+    ack.peer_id = "node-b:7000";
+    ack.epoch = Token(2);
+    return ack;
+  }
+
+  const protocol::Connect& OurConnect() const { return std::get<protocol::Connect>(log.frames.at(0).message); }
+
+  void MakeReady() {
+    REQUIRE(session->OnMessage(PeerConnect()).ok());
+    REQUIRE(session->OnMessage(PeerAck()).ok());
+    REQUIRE(session->ready());
+  }
+
+  const protocol::Message& Last() const { return log.frames.back().message; }
+  std::string LastDisconnectReason() const {
+    const auto* d = std::get_if<protocol::Disconnect>(&Last());
+    return d && d->reason ? *d->reason : "<no disconnect>";
+  }
+
+  FakeClock clock;
+  FrameLog log;
+  TestNode node;
   std::unique_ptr<PeerSession> session;
 };
 

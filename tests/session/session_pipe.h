@@ -10,8 +10,8 @@
 //
 // Connection semantics follow TCP: once a side's session has closed, the
 // frames it sent before closing still arrive, then the other side sees the
-// connection end (Close("connection lost", false)); frames sent to a closed
-// session are dropped.
+// connection end (a kConnectionLost close, "connection lost", without a
+// disconnect); frames sent to a closed session are dropped.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -110,7 +110,7 @@ class SessionPipe {
   bool DeliverEof(Side from, PeerSession& receiver) {
     if (eof_delivered_[from]) return false;
     eof_delivered_[from] = true;
-    receiver.Close("connection lost", /*notify_peer=*/false);
+    receiver.Close(CloseCause::kConnectionLost, "connection lost", /*notify_peer=*/false);
     return true;
   }
 

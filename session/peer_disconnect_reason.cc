@@ -1,0 +1,40 @@
+#include "session/peer_disconnect_reason.h"
+
+#include <array>
+#include <utility>
+
+namespace kvpeer::session {
+namespace {
+
+using Entry = std::pair<std::string_view, PeerDisconnectReason>;
+
+constexpr std::array<Entry, 9> kFixedReasons = {{
+    {"authentication failed", PeerDisconnectReason::kAuthenticationFailed},
+    {"duplicate", PeerDisconnectReason::kDuplicate},
+    {"node not configured", PeerDisconnectReason::kNodeNotConfigured},
+    {"shutting down", PeerDisconnectReason::kShuttingDown},
+    {"kvpeerd is shutting down", PeerDisconnectReason::kShuttingDown},
+    {"too many peers", PeerDisconnectReason::kTooManyPeers},
+    {"peer restarted", PeerDisconnectReason::kPeerRestarted},
+    {"disconnected by operator", PeerDisconnectReason::kDisconnectedByOperator},
+    {"handshake timed out", PeerDisconnectReason::kHandshakeTimedOut},
+}};
+
+}  // namespace
+
+PeerDisconnectReason ParseDisconnectReason(const std::optional<std::string>& reason) {
+  if (!reason) return PeerDisconnectReason::kUnspecified;
+  for (const auto& [text, value] : kFixedReasons) {
+    if (*reason == text) return value;
+  }
+  return PeerDisconnectReason::kUnspecified;
+}
+
+std::string_view DisconnectReasonText(PeerDisconnectReason reason) {
+  for (const auto& [text, value] : kFixedReasons) {
+    if (value == reason) return text;
+  }
+  return {};
+}
+
+}  // namespace kvpeer::session
