@@ -49,11 +49,16 @@ struct Options {
   std::vector<std::string> daemon_args;
   std::string daemon_wrapper;
   bool keep_dir = false;
+  // Overrides of the mode's sizes; 0 keeps the mode's value.
+  int repeat = 0;             // interleaved pairs of bulk rounds
+  uint64_t round_mib = 0;     // each bulk round moves at least this
+  double round_seconds = -1;  // and lasts at least this (< 0: the mode's)
 };
 
 // Everything that differs between the full run and the smoke run.
 struct Sizes {
-  uint64_t bulk_total;     // bytes per measured bulk pass
+  uint64_t bulk_total;     // at least this many bytes per measured bulk round
+  double round_seconds;    // and at least this long
   uint64_t region_bytes;   // source and destination region per node
   uint64_t load_bytes;     // bytes per load
   int depth;               // loads in flight
@@ -64,29 +69,57 @@ struct Sizes {
   std::vector<int> peer_counts;
   std::vector<int> concurrency;
   int probes;  // probe requests per (peers, N)
-  int rounds;  // bulk rounds (raw TCP then daemons), medians reported
+  int rounds;  // interleaved pairs of bulk rounds (raw TCP, daemons), medians reported
   int busy_lookups_min;  // lookup samples during bulk, at least
 };
 
 Sizes FullSizes() {
-  return Sizes{1024 * kMiB, 256 * kMiB, 64 * kMiB, 4, 20000, 2000, 20000, 4096 * kMiB,
+  return Sizes{4096 * kMiB, 3.0, 256 * kMiB, 64 * kMiB, 4, 20000, 2000, 20000, 4096 * kMiB,
                {1, 4, 16},  {1, 64, 1024, 4096}, 200, 5, 200};
 }
 
 Sizes SmokeSizes() {
-  return Sizes{32 * kMiB, 16 * kMiB, 4 * kMiB, 2, 500, 50, 500, 256 * kMiB, {1, 4}, {1, 64}, 10, 1, 10};
+  // Two pairs of 16 MiB rounds: the median and the interleaving are
+  // exercised in about the time the single 32 MiB round took.
+  return Sizes{16 * kMiB, 0.0, 16 * kMiB, 4 * kMiB, 2, 500, 50, 500, 256 * kMiB, {1, 4}, {1, 64}, 10, 2, 10};
+}
+
+Sizes WithOverrides(Sizes sizes, const Options& options) {
+  if (options.repeat > 0) sizes.rounds = options.repeat;
+  if (options.round_mib > 0) sizes.bulk_total = options.round_mib * kMiB;
+  if (options.round_seconds >= 0) sizes.round_seconds = options.round_seconds;
+  return sizes;
 }
 
 std::string Usage() {
   return "usage: kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR] [--only baselines|latency|bulk|concurrency]\n"
          "                    [--daemon-arg ARG]... [--daemon-wrapper CMD] [--keep-dir]\n"
+         "                    [--repeat N] [--round-mib N] [--round-seconds S]\n"
          "  --smoke        a few seconds, small sizes (CI); targets are reported, not required\n"
          "  --json FILE    also write the results as JSON\n"
          "  --bin-dir DIR  where kvpeerd is (DIR/daemon/kvpeerd or DIR/kvpeerd); default: next to this binary\n"
          "  --only PART    the baselines and one part (for profiling); latency = idle lookups and control ops\n"
          "  --daemon-arg A pass A to every kvpeerd (repeatable)\n"
          "  --daemon-wrapper CMD  run every kvpeerd under CMD (e.g. \"valgrind --tool=callgrind\")\n"
-         "  --keep-dir     keep the scratch directory with the daemons' logs\n";
+         "  --keep-dir     keep the scratch directory with the daemons' logs\n"
+         "  --repeat N     N interleaved pairs of bulk rounds, raw TCP then daemons (default 5; smoke 2)\n"
+         "  --round-mib N  each bulk round moves at least N MiB (default 4096; smoke 16)\n"
+         "  --round-seconds S  and lasts at least S seconds (default 3; smoke 0)\n";
+}
+
+// --repeat, --round-mib, --round-seconds: positive numbers (seconds may be 0).
+bool ParseSizeOverride(const std::string& flag, const std::string& text, Options* options) {
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(number) || number < 0) return false;
+  if (flag == "--round-seconds") {
+    options->round_seconds = number;
+    return true;
+  }
+  if (number < 1 || number != std::floor(number) || number > 1e9) return false;
+  if (flag == "--repeat") options->repeat = static_cast<int>(number);
+  if (flag == "--round-mib") options->round_mib = static_cast<uint64_t>(number);
+  return true;
 }
 
 bool ParseArgs(int argc, char** argv, Options* options) {
@@ -111,6 +144,9 @@ bool ParseArgs(int argc, char** argv, Options* options) {
           options->only != "concurrency") {
         return false;
       }
+    } else if (arg == "--repeat" || arg == "--round-mib" || arg == "--round-seconds") {
+      std::string text;
+      if (!value(&text) || !ParseSizeOverride(arg, text, options)) return false;
     } else if (arg == "--daemon-wrapper") {
       if (!value(&options->daemon_wrapper)) return false;
     } else if (arg == "--daemon-arg") {
@@ -170,16 +206,6 @@ json::object Summary(const std::vector<double>& samples) {
 
 std::string SizeName(uint64_t bytes) {
   return bytes >= kMiB ? std::to_string(bytes / kMiB) + "MiB" : std::to_string(bytes / kKiB) + "KiB";
-}
-
-// A figure without baseline or target yet.
-Figure Fig(std::string id, std::string name, std::string unit, double value) {
-  Figure f;
-  f.id = std::move(id);
-  f.name = std::move(name);
-  f.unit = std::move(unit);
-  f.value = value;
-  return f;
 }
 
 // The 1-minute load average: other work on the machine skews every figure.
@@ -245,6 +271,8 @@ struct Pair {
     side.reset();
     bulk.reset();
     source.reset();
+    a.SignalStop();
+    b.SignalStop();
     b.Stop();
     a.Stop();
   }
@@ -302,22 +330,22 @@ json::object BulkJson(const BulkFigures& f) {
 void ReportChecksumCost(const std::string& name, const std::vector<double>& on_gbps,
                         const std::vector<double>& on_cpu, const std::vector<double>& off_gbps,
                         const std::vector<double>& off_cpu, Report& report) {
-  Figure off = Fig("bulk_" + name + "_nochecksum_GBps", "bulk fetch " + name + " blocks, checksums off", "GB/s",
-                   Percentile(off_gbps, 0.5));
+  Figure off = MedianFigure("bulk_" + name + "_nochecksum_GBps", "bulk fetch " + name + " blocks, checksums off",
+                            "GB/s", off_gbps);
   report.Add(off);
-  report.Add(Fig("bulk_" + name + "_nochecksum_cpu_s_per_GB", "CPU of both daemons per GB, " + name +
-                 ", checksums off", "s/GB", Percentile(off_cpu, 0.5)));
-  Figure speed = Fig("bulk_" + name + "_checksum_GBps", "bulk fetch " + name + " blocks, checksums on", "GB/s",
-                     Percentile(on_gbps, 0.5));
+  report.Add(MedianFigure("bulk_" + name + "_nochecksum_cpu_s_per_GB",
+                          "CPU of both daemons per GB, " + name + ", checksums off", "s/GB", off_cpu));
+  Figure speed = MedianFigure("bulk_" + name + "_checksum_GBps", "bulk fetch " + name + " blocks, checksums on",
+                              "GB/s", on_gbps);
   speed.baseline = off.value;
   speed.baseline_name = "checksums off";
   speed.goal = Goal::kRatioMin;
   speed.target = 0.9;
   speed.target_text = ">= 0.9x";
   report.Add(speed);
-  Figure cpu = Fig("bulk_" + name + "_checksum_cpu_s_per_GB", "CPU of both daemons per GB, " + name +
-                   ", checksums on", "s/GB", Percentile(on_cpu, 0.5));
-  cpu.baseline = Percentile(off_cpu, 0.5);
+  Figure cpu = MedianFigure("bulk_" + name + "_checksum_cpu_s_per_GB",
+                            "CPU of both daemons per GB, " + name + ", checksums on", "s/GB", on_cpu);
+  cpu.baseline = SpreadOf(off_cpu).median;
   cpu.baseline_name = "checksums off";
   cpu.goal = Goal::kRatioMax;
   cpu.target = 1.15;
@@ -342,6 +370,132 @@ void MeasureSealCost(SourceEngine& source, uint64_t block, const Sizes& sizes, R
   report.Add(Fig("publish_us_per_MiB", "publish without seal, per MiB of blocks named", "us/MiB", plain / mib));
   report.details()["publish_seal"] =
       json::object{{"MiB", mib}, {"plain_us", Summary(plain_us)}, {"sealed_us", Summary(sealed_us)}};
+}
+
+// The samples of the interleaved bulk rounds at one block size: entry i of
+// every vector comes from pair i.
+struct RoundSamples {
+  std::vector<double> raw_gbps, raw_cpu, daemon_gbps, daemon_cpu, engine_cpu, plain_gbps, plain_cpu;
+};
+
+std::string SecondsText(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", seconds);
+  return text;
+}
+
+double MonotonicSeconds() { return static_cast<double>(NowNs()) / 1e9; }
+
+json::object RawJson(const RawTransfer& raw, double started_s) {
+  return json::object{{"raw_started_s", started_s},
+                      {"raw_bytes", raw.bytes},
+                      {"raw_seconds", raw.seconds},
+                      {"raw_GBps", raw.GBps()},
+                      {"raw_cpu_s_per_GB", raw.CpuSecondsPerGB()},
+                      {"raw_sender_cpu_s", raw.sender_cpu_ns / 1e9},
+                      {"raw_receiver_cpu_s", raw.receiver_cpu_ns / 1e9},
+                      {"raw_context_switches_per_MB", static_cast<double>(raw.context_switches) / (raw.bytes / 1e6)}};
+}
+
+// Pairs of rounds, raw TCP then the daemons (then the checksums-off daemons
+// when `plain` is given): A B A B ..., so that both members of a pair see
+// the machine in the same state and slow drift lands in both. Each round's
+// start (CLOCK_MONOTONIC, as the progress lines) is in its JSON item.
+RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const BulkConfig& config,
+                                  const Sizes& sizes, Report& report, std::vector<std::string>* problems) {
+  const std::string name = SizeName(block);
+  const RoundLength length{config.total_bytes, config.min_seconds};
+  RoundSamples samples;
+  json::array rounds;
+  for (int round = 0; round < sizes.rounds; ++round) {
+    Progress("pair " + std::to_string(round + 1) + " of " + std::to_string(sizes.rounds) +
+             ": raw TCP, then the daemons" + (plain ? ", then the daemons without checksums" : "") + ", >= " +
+             SizeName(config.total_bytes) + " and >= " + SecondsText(config.min_seconds) + " each, at " + name);
+    const double raw_started = MonotonicSeconds();
+    const RawTransfer raw = RawTcpThroughput(block, length, sizes.region_bytes);
+    const double daemons_started = MonotonicSeconds();
+    const BulkFigures f = MeasuredBulk(pair, config, "bulk-" + name + "-" + std::to_string(round));
+    samples.raw_gbps.push_back(raw.GBps());
+    samples.raw_cpu.push_back(raw.CpuSecondsPerGB());
+    samples.daemon_gbps.push_back(f.result.GBps());
+    samples.daemon_cpu.push_back(f.daemons_cpu_s_per_gb);
+    samples.engine_cpu.push_back(f.engine_cpu_s_per_gb);
+    json::object item = BulkJson(f);
+    for (const auto& field : RawJson(raw, raw_started)) item[field.key()] = field.value();
+    item["daemons_started_s"] = daemons_started;
+    if (plain) {
+      const double plain_started = MonotonicSeconds();
+      const BulkFigures off = MeasuredBulk(*plain, config, "bulk-nosum-" + name + "-" + std::to_string(round));
+      samples.plain_gbps.push_back(off.result.GBps());
+      samples.plain_cpu.push_back(off.daemons_cpu_s_per_gb);
+      json::object off_item = BulkJson(off);
+      off_item["started_s"] = plain_started;
+      item["checksums_off"] = std::move(off_item);
+    }
+    rounds.push_back(std::move(item));
+    if (f.result.verified_blocks == 0 || !(f.result.GBps() > 0) || raw.bytes == 0) {
+      problems->push_back("bulk " + name + ": nothing verified");
+    }
+  }
+  Progress("bulk rounds at " + name + " done");
+  report.details()["bulk_" + name + "_rounds"] = std::move(rounds);
+  report.details()["bulk_rounds_settings"] =
+      json::object{{"pairs", sizes.rounds},
+                   {"min_bytes", config.total_bytes},
+                   {"min_seconds", config.min_seconds},
+                   {"order", "raw TCP, daemons, daemons with checksums off (1 MiB only), per pair"},
+                   {"spread", "min, max and interquartile range (q1, q3 interpolated between closest ranks)"}};
+  return samples;
+}
+
+// The median of the pairs' ratios, with its spread: steadier than the
+// ratio of the two medians, since both rounds of a pair shared the machine.
+Figure PairRatioFigure(std::string id, std::string name, const std::vector<double>& numerator,
+                       const std::vector<double>& denominator, Goal goal, double target, std::string target_text) {
+  Figure f = MedianFigure(std::move(id), std::move(name), "x", PairRatios(numerator, denominator));
+  f.goal = goal;
+  f.target = target;
+  f.target_text = std::move(target_text);
+  return f;
+}
+
+void ReportRounds(const std::string& name, bool first, const RoundSamples& s, const Sizes& sizes, Report& report) {
+  report.Add(MedianFigure("raw_tcp_" + name + "_GBps", "baseline: raw TCP, 1 conn, " + name + " send/recv", "GB/s",
+                          s.raw_gbps));
+  report.Add(MedianFigure("raw_tcp_" + name + "_cpu_s_per_GB", "baseline: raw TCP pair CPU, " + name, "s/GB",
+                          s.raw_cpu));
+  Figure gbps = MedianFigure("bulk_" + name + "_GBps",
+                             "bulk fetch >= " + SizeName(sizes.bulk_total) + " per round, " + name + " blocks", "GB/s",
+                             s.daemon_gbps);
+  gbps.baseline = SpreadOf(s.raw_gbps).median;
+  gbps.baseline_name = "raw TCP";
+  gbps.goal = Goal::kRatioMin;
+  gbps.target = first ? 0.9 : 0.6;
+  gbps.target_text = first ? ">= 0.9x" : ">= 0.6x";
+  report.Add(gbps);
+  Figure cpu = MedianFigure("bulk_" + name + "_cpu_s_per_GB", "CPU of both daemons per GB, " + name, "s/GB",
+                            s.daemon_cpu);
+  cpu.baseline = SpreadOf(s.raw_cpu).median;
+  cpu.baseline_name = "raw pair";
+  cpu.goal = Goal::kRatioMax;
+  cpu.target = 1.25;
+  cpu.target_text = "<= 1.25x";
+  report.Add(cpu);
+  report.Add(MedianFigure("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB",
+                          s.engine_cpu));
+  report.Add(PairRatioFigure("bulk_" + name + "_pair_ratio", "bulk " + name + " / raw TCP, median of pairs",
+                             s.daemon_gbps, s.raw_gbps, Goal::kValueMin, 0.9, ">= 0.9x"));
+  report.Add(PairRatioFigure("bulk_" + name + "_cpu_pair_ratio",
+                             "daemons' CPU per GB / raw pair's, " + name + ", median of pairs", s.daemon_cpu,
+                             s.raw_cpu, Goal::kValueMax, 1.15, "<= 1.15x"));
+  if (s.plain_gbps.empty()) return;
+  ReportChecksumCost(name, s.daemon_gbps, s.daemon_cpu, s.plain_gbps, s.plain_cpu, report);
+  report.Add(PairRatioFigure("bulk_" + name + "_checksum_pair_ratio",
+                             "bulk " + name + " checksums on / off, median of pairs", s.daemon_gbps, s.plain_gbps,
+                             Goal::kValueMin, 0.9, ">= 0.9x"));
+  report.Add(PairRatioFigure("bulk_" + name + "_checksum_cpu_pair_ratio",
+                             "daemons' CPU per GB checksums on / off, " + name + ", median of pairs", s.daemon_cpu,
+                             s.plain_cpu, Goal::kValueMax, 1.15, "<= 1.15x"));
 }
 
 void RunBulkPart(const std::string& binary, const std::string& dir, const Options& options, const Sizes& sizes,
@@ -437,65 +591,12 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
     RunBulk(*pair.bulk, pair.a.listen(), 1, pair.source->num_blocks(), warm, "warm-" + name);
     if (plain) RunBulk(*plain->bulk, plain->a.listen(), 1, plain->source->num_blocks(), warm, "warm-nosum-" + name);
 
-    // Rounds of raw TCP then the daemons, back to back, so that both see
-    // the machine in the same state; the medians are reported.
     config.total_bytes = sizes.bulk_total;
-    std::vector<double> raw_gbps, raw_cpu, daemon_gbps, daemon_cpu, engine_cpu, plain_gbps, plain_cpu;
-    json::array rounds;
-    for (int round = 0; round < sizes.rounds; ++round) {
-      Progress("round " + std::to_string(round + 1) + ": raw TCP, then the daemons, " +
-               SizeName(sizes.bulk_total) + " at " + name);
-      const RawTransfer raw = RawTcpThroughput(block, sizes.bulk_total, sizes.region_bytes);
-      const BulkFigures f = MeasuredBulk(pair, config, "bulk-" + name + "-" + std::to_string(round));
-      raw_gbps.push_back(raw.GBps());
-      raw_cpu.push_back(raw.CpuSecondsPerGB());
-      daemon_gbps.push_back(f.result.GBps());
-      daemon_cpu.push_back(f.daemons_cpu_s_per_gb);
-      engine_cpu.push_back(f.engine_cpu_s_per_gb);
-      json::object item = BulkJson(f);
-      item["raw_GBps"] = raw.GBps();
-      item["raw_cpu_s_per_GB"] = raw.CpuSecondsPerGB();
-      item["raw_sender_cpu_s"] = raw.sender_cpu_ns / 1e9;
-      item["raw_receiver_cpu_s"] = raw.receiver_cpu_ns / 1e9;
-      item["raw_context_switches_per_MB"] = static_cast<double>(raw.context_switches) / (raw.bytes / 1e6);
-      if (plain) {
-        const BulkFigures off = MeasuredBulk(*plain, config, "bulk-nosum-" + name + "-" + std::to_string(round));
-        plain_gbps.push_back(off.result.GBps());
-        plain_cpu.push_back(off.daemons_cpu_s_per_gb);
-        item["checksums_off"] = BulkJson(off);
-      }
-      rounds.push_back(std::move(item));
-      if (f.result.verified_blocks == 0 || !(f.result.GBps() > 0)) {
-        problems->push_back("bulk " + name + ": nothing verified");
-      }
-    }
-    Progress("bulk rounds at " + name + " done");
-    report.details()["bulk_" + name + "_rounds"] = std::move(rounds);
-    report.Add(Fig("raw_tcp_" + name + "_GBps", "baseline: raw TCP, 1 conn, " + name + " send/recv", "GB/s",
-                   Percentile(raw_gbps, 0.5)));
-    report.Add(Fig("raw_tcp_" + name + "_cpu_s_per_GB", "baseline: raw TCP pair CPU, " + name, "s/GB",
-                   Percentile(raw_cpu, 0.5)));
-    Figure gbps = Fig("bulk_" + name + "_GBps", "bulk fetch " + SizeName(sizes.bulk_total) + ", " + name + " blocks",
-                      "GB/s", Percentile(daemon_gbps, 0.5));
-    gbps.baseline = Percentile(raw_gbps, 0.5);
-    gbps.baseline_name = "raw TCP";
-    gbps.goal = Goal::kRatioMin;
-    gbps.target = first ? 0.9 : 0.6;
-    gbps.target_text = first ? ">= 0.9x" : ">= 0.6x";
-    report.Add(gbps);
-    Figure cpu = Fig("bulk_" + name + "_cpu_s_per_GB", "CPU of both daemons per GB, " + name, "s/GB",
-                     Percentile(daemon_cpu, 0.5));
-    cpu.baseline = Percentile(raw_cpu, 0.5);
-    cpu.baseline_name = "raw pair";
-    cpu.goal = Goal::kRatioMax;
-    cpu.target = 1.25;
-    cpu.target_text = "<= 1.25x";
-    report.Add(cpu);
-    report.Add(Fig("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB",
-                   Percentile(engine_cpu, 0.5)));
-    if (plain) ReportChecksumCost(name, daemon_gbps, daemon_cpu, plain_gbps, plain_cpu, report);
+    config.min_seconds = sizes.round_seconds;
+    const RoundSamples samples = RunInterleavedRounds(pair, plain.get(), block, config, sizes, report, problems);
+    ReportRounds(name, first, samples, sizes, report);
     plain.reset();
-    const double raw_median = Percentile(raw_gbps, 0.5);
+    const double raw_median = SpreadOf(samples.raw_gbps).median;
 
     if (first) {
       Progress("daemons: peer lookups during a bulk fetch");
@@ -679,7 +780,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
-  const Sizes sizes = options.smoke ? SmokeSizes() : FullSizes();
+  const Sizes sizes = WithOverrides(options.smoke ? SmokeSizes() : FullSizes(), options);
   const std::string binary = FindDaemon(options, argv[0]);
   char dir_template[] = "/tmp/kvpeer-bench.XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) throw BenchError("mkdtemp: " + ErrnoText(errno));

@@ -28,13 +28,29 @@ std::string Pad(const std::string& text, size_t width) {
   return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
 }
 
-// "min-max, IQR q1-q3, n" in the figure's unit.
+// "min..max, IQR q1..q3, n=count" in the figure's unit.
 std::string SpreadText(const Spread& s) {
-  return Number(s.min) + "-" + Number(s.max) + ", IQR " + Number(s.q1) + "-" + Number(s.q3) + ", n=" +
+  return Number(s.min) + ".." + Number(s.max) + ", IQR " + Number(s.q1) + ".." + Number(s.q3) + ", n=" +
          std::to_string(s.count);
 }
 
 }  // namespace
+
+Figure Fig(std::string id, std::string name, std::string unit, double value) {
+  Figure f;
+  f.id = std::move(id);
+  f.name = std::move(name);
+  f.unit = std::move(unit);
+  f.value = value;
+  return f;
+}
+
+Figure MedianFigure(std::string id, std::string name, std::string unit, const std::vector<double>& samples) {
+  const Spread spread = SpreadOf(samples);
+  Figure f = Fig(std::move(id), std::move(name), std::move(unit), spread.median);
+  f.spread = spread;
+  return f;
+}
 
 json::object SpreadJson(const Spread& s) {
   return json::object{{"count", s.count}, {"min", s.min},       {"q1", s.q1},       {"median", s.median},
@@ -65,7 +81,7 @@ std::optional<bool> Figure::Met() const {
 
 std::string Report::Table() const {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"figure", "value", "spread (min-max, IQR)", "baseline", "ratio", "target", "met?"});
+  rows.push_back({"figure", "value", "spread (min..max, IQR)", "baseline", "ratio", "target", "met?"});
   for (const Figure& f : figures_) {
     std::string baseline = f.baseline ? Number(*f.baseline) + " " + f.unit + " (" + f.baseline_name + ")" : "-";
     auto ratio = f.Ratio();

@@ -41,6 +41,11 @@ struct Figure {
   std::optional<bool> Met() const;
 };
 
+// A figure without baseline or target yet.
+Figure Fig(std::string id, std::string name, std::string unit, double value);
+// The median of `samples` with their spread.
+Figure MedianFigure(std::string id, std::string name, std::string unit, const std::vector<double>& samples);
+
 // A spread as JSON: count, min, q1, median, q3, max, iqr.
 boost::json::object SpreadJson(const Spread& spread);
 

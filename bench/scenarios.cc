@@ -101,7 +101,8 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
     throw BenchError("bulk: " + std::to_string(per_load) + " blocks per load and depth " +
                      std::to_string(config.depth) + " do not fit the regions");
   }
-  const uint64_t loads = config.total_bytes / (per_load * dest.block_len());
+  const uint64_t load_bytes = per_load * dest.block_len();
+  const RoundLength length{config.total_bytes, config.min_seconds};
   std::vector<BulkSlot> slots(static_cast<size_t>(config.depth));
   uint64_t next = 0, done = 0;
   BulkResult result;
@@ -119,10 +120,13 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
   };
 
   const int64_t start = NowNs();
-  while (done < loads) {
+  // A new load starts while the round is short of its length; the round
+  // ends when the loads already started are done.
+  auto more_loads = [&] { return !length.Reached(next * load_bytes, NowNs() - start); };
+  while (more_loads() || done < next) {
     for (size_t g = 0; g < slots.size(); ++g) {
       BulkSlot& slot = slots[g];
-      if (slot.state != BulkSlot::State::kFree || next >= loads) continue;
+      if (slot.state != BulkSlot::State::kFree || !more_loads()) continue;
       slot.k = next++;
       slot.kv = tag + "-" + std::to_string(slot.k);
       slot.keys.clear();
@@ -168,8 +172,8 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
       ++done;
     }
   }
-  result.loads = loads;
-  result.bytes = loads * per_load * dest.block_len();
+  result.loads = next;
+  result.bytes = next * load_bytes;
   return result;
 }
 

@@ -2,11 +2,11 @@
 //
 // * SourceEngine: an engine on a producer node whose region holds patterned
 //   blocks, all published under BlockKey(space, index).
-// * RunBulk: the consumer engine fetches `total_bytes` from a producer in
-//   loads of `blocks_per_load` blocks, `depth` loads in flight, each load
-//   preceded by its lookup (the symmetric flow an engine uses), verifying a
-//   sample of every load's destination blocks (all of them with
-//   verify_all).
+// * RunBulk: the consumer engine fetches at least `total_bytes`, for at
+//   least `min_seconds`, from a producer in loads of `blocks_per_load`
+//   blocks, `depth` loads in flight, each load preceded by its lookup (the
+//   symmetric flow an engine uses), verifying a sample of every load's
+//   destination blocks (all of them with verify_all).
 // * MeasureLookups / MeasureControlOps: round-trip samples in µs.
 // * Concurrency: lookup+load latency of a probe request while N-1 other
 //   requests have a load in flight, and of N requests started at once.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/engine_client.h"
+#include "bench/round_length.h"
 
 namespace kvpeer::bench {
 
@@ -56,7 +57,9 @@ struct ConsumerEngine {
 };
 
 struct BulkConfig {
+  // The round lasts until both are reached (bench/round_length.h).
   uint64_t total_bytes = 0;
+  double min_seconds = 0;
   uint64_t blocks_per_load = 0;
   int depth = 4;
   bool verify_all = false;
