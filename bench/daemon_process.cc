@@ -140,6 +140,19 @@ std::string DaemonProcess::LogTail() const {
   return out.empty() ? std::string("(log " + options_.log_path + " is empty)") : out;
 }
 
+void StopTogether(DaemonProcess& first, DaemonProcess& second) {
+  first.SignalStop();
+  second.SignalStop();
+  second.Stop();
+  first.Stop();
+}
+
+DaemonOptions WithFiles(DaemonOptions daemon, const std::string& stem) {
+  daemon.socket_path = stem + ".sock";
+  daemon.log_path = stem + ".log";
+  return daemon;
+}
+
 int64_t ProcCpuNs(pid_t pid) {
   const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
   int64_t total = 0;

@@ -70,6 +70,11 @@ class DaemonProcess {
   std::string listen_;
 };
 
+// Signals both before waiting for either, so that their drains overlap.
+void StopTogether(DaemonProcess& first, DaemonProcess& second);
+// `daemon` with its control socket at `stem`.sock and its log at `stem`.log.
+DaemonOptions WithFiles(DaemonOptions daemon, const std::string& stem);
+
 // CPU time of process `pid` (all threads) in ns: the sum of the threads'
 // se.sum_exec_runtime from /proc/PID/task/*/sched when the kernel exposes it
 // (nanosecond resolution), else utime+stime from /proc/PID/stat (ticks).

@@ -28,6 +28,7 @@
 #include "bench/concurrency.h"
 #include "bench/daemon_process.h"
 #include "bench/report.h"
+#include "bench/request_shapes.h"
 #include "bench/scenarios.h"
 #include "bench/util.h"
 
@@ -45,7 +46,7 @@ struct Options {
   bool smoke = false;
   std::string json_path;
   std::string bin_dir;
-  std::string only;  // "", "baselines", "bulk", "concurrency"
+  std::string only;  // "", "baselines", "latency", "bulk", "shapes", "concurrency"
   std::vector<std::string> daemon_args;
   std::string daemon_wrapper;
   bool keep_dir = false;
@@ -53,6 +54,7 @@ struct Options {
   int repeat = 0;             // interleaved pairs of bulk rounds
   uint64_t round_mib = 0;     // each bulk round moves at least this
   double round_seconds = -1;  // and lasts at least this (< 0: the mode's)
+  uint64_t request_keys = 0;  // keys of the request-shape rows
 };
 
 // Everything that differs between the full run and the smoke run.
@@ -71,30 +73,32 @@ struct Sizes {
   int probes;  // probe requests per (peers, N)
   int rounds;  // interleaved pairs of bulk rounds (raw TCP, daemons), medians reported
   int busy_lookups_min;  // lookup samples during bulk, at least
+  uint64_t request_keys;  // keys of one request in the request-shape rows
 };
 
 Sizes FullSizes() {
   return Sizes{4096 * kMiB, 3.0, 256 * kMiB, 64 * kMiB, 4, 20000, 2000, 20000, 4096 * kMiB,
-               {1, 4, 16},  {1, 64, 1024, 4096}, 200, 5, 200};
+               {1, 4, 16},  {1, 64, 1024, 4096}, 200, 5, 200, 8192};
 }
 
 Sizes SmokeSizes() {
   // Two pairs of 16 MiB rounds: the median and the interleaving are
   // exercised in about the time the single 32 MiB round took.
-  return Sizes{16 * kMiB, 0.0, 16 * kMiB, 4 * kMiB, 2, 500, 50, 500, 256 * kMiB, {1, 4}, {1, 64}, 10, 2, 10};
+  return Sizes{16 * kMiB, 0.0, 16 * kMiB, 4 * kMiB, 2, 500, 50, 500, 256 * kMiB, {1, 4}, {1, 64}, 10, 2, 10, 1024};
 }
 
 Sizes WithOverrides(Sizes sizes, const Options& options) {
   if (options.repeat > 0) sizes.rounds = options.repeat;
   if (options.round_mib > 0) sizes.bulk_total = options.round_mib * kMiB;
   if (options.round_seconds >= 0) sizes.round_seconds = options.round_seconds;
+  if (options.request_keys > 0) sizes.request_keys = options.request_keys;
   return sizes;
 }
 
 std::string Usage() {
-  return "usage: kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR] [--only baselines|latency|bulk|concurrency]\n"
+  return "usage: kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR] [--only baselines|latency|bulk|shapes|concurrency]\n"
          "                    [--daemon-arg ARG]... [--daemon-wrapper CMD] [--keep-dir]\n"
-         "                    [--repeat N] [--round-mib N] [--round-seconds S]\n"
+         "                    [--repeat N] [--round-mib N] [--round-seconds S] [--request-keys N]\n"
          "  --smoke        a few seconds, small sizes (CI); targets are reported, not required\n"
          "  --json FILE    also write the results as JSON\n"
          "  --bin-dir DIR  where kvpeerd is (DIR/daemon/kvpeerd or DIR/kvpeerd); default: next to this binary\n"
@@ -104,10 +108,16 @@ std::string Usage() {
          "  --keep-dir     keep the scratch directory with the daemons' logs\n"
          "  --repeat N     N interleaved pairs of bulk rounds, raw TCP then daemons (default 5; smoke 2)\n"
          "  --round-mib N  each bulk round moves at least N MiB (default 4096; smoke 16)\n"
-         "  --round-seconds S  and lasts at least S seconds (default 3; smoke 0)\n";
+         "  --round-seconds S  and lasts at least S seconds (default 3; smoke 0)\n"
+         "  --request-keys N   keys of the one request of the request-shape rows (default 8192; smoke 1024;\n"
+         "                     at most 65536, the control API's limit)\n";
 }
 
-// --repeat, --round-mib, --round-seconds: positive numbers (seconds may be 0).
+// The control API's limit on the keys of one request (control-api.md).
+constexpr double kMaxKeysPerRequest = 65536;
+
+// --repeat, --round-mib, --round-seconds, --request-keys: positive integers
+// (seconds: any number >= 0).
 bool ParseSizeOverride(const std::string& flag, const std::string& text, Options* options) {
   char* end = nullptr;
   const double number = std::strtod(text.c_str(), &end);
@@ -119,6 +129,10 @@ bool ParseSizeOverride(const std::string& flag, const std::string& text, Options
   if (number < 1 || number != std::floor(number) || number > 1e9) return false;
   if (flag == "--repeat") options->repeat = static_cast<int>(number);
   if (flag == "--round-mib") options->round_mib = static_cast<uint64_t>(number);
+  if (flag == "--request-keys") {
+    if (number > kMaxKeysPerRequest) return false;
+    options->request_keys = static_cast<uint64_t>(number);
+  }
   return true;
 }
 
@@ -140,11 +154,11 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       if (!value(&options->bin_dir)) return false;
     } else if (arg == "--only") {
       if (!value(&options->only)) return false;
-      if (options->only != "baselines" && options->only != "latency" && options->only != "bulk" &&
+      if (options->only != "baselines" && options->only != "latency" && options->only != "bulk" && options->only != "shapes" &&
           options->only != "concurrency") {
         return false;
       }
-    } else if (arg == "--repeat" || arg == "--round-mib" || arg == "--round-seconds") {
+    } else if (arg == "--repeat" || arg == "--round-mib" || arg == "--round-seconds" || arg == "--request-keys") {
       std::string text;
       if (!value(&text) || !ParseSizeOverride(arg, text, options)) return false;
     } else if (arg == "--daemon-wrapper") {
@@ -216,14 +230,6 @@ double LoadAverage() {
   return load;
 }
 
-// On stderr with the CLOCK_MONOTONIC time, so that a profile recorded with
-// `perf record -k CLOCK_MONOTONIC` can be cut to one phase (perf report --time).
-void Progress(const std::string& text) {
-  char stamp[32];
-  std::snprintf(stamp, sizeof(stamp), "%.6f", static_cast<double>(NowNs()) / 1e9);
-  std::cerr << "kvpeer-bench: [" << stamp << "] " << text << std::endl;
-}
-
 // ---------------------------------------------------------------------------
 
 struct Baselines {
@@ -271,16 +277,10 @@ struct Pair {
     side.reset();
     bulk.reset();
     source.reset();
-    a.SignalStop();
-    b.SignalStop();
-    b.Stop();
-    a.Stop();
+    StopTogether(a, b);
   }
   static DaemonOptions Named(const DaemonOptions& daemon, const std::string& dir, const std::string& name) {
-    DaemonOptions o = daemon;
-    o.socket_path = dir + "/" + name + SizeName(daemon.block_len) + ".sock";
-    o.log_path = dir + "/" + name + SizeName(daemon.block_len) + ".log";
-    return o;
+    return WithFiles(daemon, dir + "/" + name + SizeName(daemon.block_len));
   }
   DaemonProcess a, b;
   std::unique_ptr<SourceEngine> source;
@@ -648,6 +648,70 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
   }
 }
 
+json::object ShapeSampleJson(const ShapeSample& s) {
+  return json::object{{"lookup_ms", s.lookup_ms},
+                      {"lookup_calls", s.lookup_calls},
+                      {"load_ms", s.load_ms},
+                      {"lookup_producer_cpu_us", s.lookup_producer_cpu_us},
+                      {"lookup_consumer_cpu_us", s.lookup_consumer_cpu_us},
+                      {"load_producer_cpu_us", s.load_producer_cpu_us},
+                      {"load_consumer_cpu_us", s.load_consumer_cpu_us},
+                      {"verified_blocks", s.verified_blocks}};
+}
+
+void ReportShape(const std::string& name, const std::string& shape, const ShapeConfig& config, uint64_t block,
+                 const std::vector<ShapeSample>& samples, Report& report, std::vector<std::string>* problems) {
+  const auto keys = static_cast<double>(config.keys);
+  std::vector<double> lookup_ms, load_ms, lookup_cpu, load_cpu, load_gbps;
+  json::array items;
+  for (const ShapeSample& s : samples) {
+    lookup_ms.push_back(s.lookup_ms);
+    load_ms.push_back(s.load_ms);
+    lookup_cpu.push_back((s.lookup_producer_cpu_us + s.lookup_consumer_cpu_us) / keys);
+    load_cpu.push_back((s.load_producer_cpu_us + s.load_consumer_cpu_us) / keys);
+    load_gbps.push_back(keys * static_cast<double>(block) / (s.load_ms / 1e3) / 1e9);
+    items.push_back(ShapeSampleJson(s));
+    if (s.verified_blocks == 0) problems->push_back("request shape " + name + ": nothing verified");
+  }
+  const std::string id = "request_" + name + "_";
+  report.Add(MedianFigure(id + "lookup_ms", "lookup of one request (" + shape + "), " + name + ", until no retry",
+                          "ms", lookup_ms));
+  report.Add(MedianFigure(id + "load_ms", "load of its blocks in one call, " + name + ", to the poll result", "ms",
+                          load_ms));
+  report.Add(MedianFigure(id + "load_GBps", "load of one request, " + name + " blocks", "GB/s", load_gbps));
+  report.Add(MedianFigure(id + "lookup_daemon_cpu_us_per_key", "both daemons' CPU per key, lookup, " + name, "us",
+                          lookup_cpu));
+  report.Add(MedianFigure(id + "load_daemon_cpu_us_per_key", "both daemons' CPU per key, load, " + name, "us",
+                          load_cpu));
+  report.details()["request_" + name] = json::object{{"keys", config.keys},
+                                                     {"key_bytes", 36},
+                                                     {"block_len", block},
+                                                     {"lookup_retry_pace_us", config.retry_pace_us},
+                                                     {"repetitions", std::move(items)}};
+}
+
+// One request of `request_keys` 36-byte keys, at 16 KiB and 64 KiB blocks.
+void RunShapesPart(const std::string& binary, const std::string& dir, const Options& options, const Sizes& sizes,
+                   Report& report, std::vector<std::string>* problems) {
+  ShapeConfig config;
+  config.keys = sizes.request_keys;
+  config.repeats = sizes.rounds;
+  config.retry_pace_us = kPaceUs;
+  config.verify_all = options.smoke;
+  const std::string shape = std::to_string(config.keys) + " keys of 36 B";
+  for (uint64_t block : {16 * kKiB, 64 * kKiB}) {
+    const std::string name = SizeName(block);
+    Progress("daemons: one request of " + shape + ", lookup and load, " + name + " blocks");
+    DaemonOptions daemon;
+    daemon.binary = binary;
+    daemon.block_len = block;
+    daemon.extra_args = options.daemon_args;
+    daemon.wrapper = options.daemon_wrapper;
+    const std::vector<ShapeSample> samples = MeasureRequestShape(daemon, dir, config);
+    ReportShape(name, shape, config, block, samples, report, problems);
+  }
+}
+
 void RunConcurrencyPart(const std::string& binary, const std::string& dir, const Options& options,
                         const Sizes& sizes, const Baselines& base, Report& report,
                         std::vector<std::string>* problems) {
@@ -799,6 +863,7 @@ int Run(int argc, char** argv) {
     const bool all = options.only.empty();
     Baselines base = RunBaselines(sizes, report);
     if (all || options.only == "bulk" || options.only == "latency") RunBulkPart(binary, dir, options, sizes, base, report, &problems);
+    if (all || options.only == "shapes") RunShapesPart(binary, dir, options, sizes, report, &problems);
     if (all || options.only == "concurrency") {
       RunConcurrencyPart(binary, dir, options, sizes, base, report, &problems);
     }

@@ -17,8 +17,9 @@ constexpr size_t kMaxKeysPerPublish = 65536;
 
 }  // namespace
 
-SourceEngine::SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space)
-    : client_(socket), region_(num_blocks, block_len), space_(space) {
+SourceEngine::SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space,
+                           KeyNaming key_naming)
+    : client_(socket), region_(num_blocks, block_len), space_(space), key_naming_(key_naming) {
   client_.Call(request::Hello("bench-source", block_len, kFingerprint, kSeed), "hello");
   client_.Call(request::RegisterFd(num_blocks), "register_region", region_.fd());
   for (uint64_t i = 0; i < num_blocks; ++i) region_.Fill(i, SourceId(space, static_cast<uint32_t>(i)));
@@ -31,7 +32,7 @@ void SourceEngine::PublishAll(bool seal) {
     std::vector<std::string> keys;
     std::vector<uint32_t> ids;
     for (uint64_t i = begin; i < std::min(num_blocks, begin + kMaxKeysPerPublish); ++i) {
-      keys.push_back(BlockKey(space_, static_cast<uint32_t>(i)));
+      keys.push_back(key_naming_(space_, static_cast<uint32_t>(i)));
       ids.push_back(static_cast<uint32_t>(i));
     }
     client_.Call(request::Publish(keys, ids, seal), "publish");

@@ -1,7 +1,7 @@
 // The daemon measurements: engines attached to real kvpeerd processes.
 //
 // * SourceEngine: an engine on a producer node whose region holds patterned
-//   blocks, all published under BlockKey(space, index).
+//   blocks, all published under BlockKey(space, index) (or another naming).
 // * RunBulk: the consumer engine fetches at least `total_bytes`, for at
 //   least `min_seconds`, from a producer in loads of `blocks_per_load`
 //   blocks, `depth` loads in flight, each load preceded by its lookup (the
@@ -30,9 +30,13 @@ namespace kvpeer::bench {
 // The pattern id of block `index` of key space `space`.
 inline uint64_t SourceId(uint32_t space, uint32_t index) { return (uint64_t{space} << 32) | index; }
 
+// How an engine names block `index` of key space `space`.
+using KeyNaming = std::string (*)(uint32_t space, uint32_t index);
+
 class SourceEngine {
  public:
-  SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space);
+  SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space,
+               KeyNaming key_naming = &BlockKey);
   uint64_t num_blocks() const { return region_.num_blocks(); }
   // Publishes every block again at its slot (sealed or not) and returns the
   // wall time the daemon took, in ns: the cost of `seal` is the difference.
@@ -46,6 +50,7 @@ class SourceEngine {
   EngineClient client_;
   Region region_;
   uint32_t space_;
+  KeyNaming key_naming_;
 };
 
 // A consumer engine: a hello'd connection with a registered region.
