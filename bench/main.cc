@@ -96,7 +96,8 @@ Sizes WithOverrides(Sizes sizes, const Options& options) {
 }
 
 std::string Usage() {
-  return "usage: kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR] [--only baselines|latency|bulk|shapes|concurrency]\n"
+  return "usage: kvpeer-bench [--smoke] [--json FILE] [--bin-dir DIR]\n"
+         "                    [--only baselines|latency|bulk|shapes|concurrency]\n"
          "                    [--daemon-arg ARG]... [--daemon-wrapper CMD] [--keep-dir]\n"
          "                    [--repeat N] [--round-mib N] [--round-seconds S] [--request-keys N]\n"
          "  --smoke        a few seconds, small sizes (CI); targets are reported, not required\n"
@@ -154,8 +155,8 @@ bool ParseArgs(int argc, char** argv, Options* options) {
       if (!value(&options->bin_dir)) return false;
     } else if (arg == "--only") {
       if (!value(&options->only)) return false;
-      if (options->only != "baselines" && options->only != "latency" && options->only != "bulk" && options->only != "shapes" &&
-          options->only != "concurrency") {
+      if (options->only != "baselines" && options->only != "latency" && options->only != "bulk" &&
+          options->only != "shapes" && options->only != "concurrency") {
         return false;
       }
     } else if (arg == "--repeat" || arg == "--round-mib" || arg == "--round-seconds" || arg == "--request-keys") {

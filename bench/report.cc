@@ -87,7 +87,8 @@ std::string Report::Table() const {
     auto ratio = f.Ratio();
     auto met = f.Met();
     rows.push_back({f.name, Number(f.value) + " " + f.unit, f.spread ? SpreadText(*f.spread) : "-", baseline,
-                    ratio ? Number(*ratio) + "x" : "-", f.target_text.empty() ? "-" : f.target_text, met ? (*met ? "yes" : "NO") : "-"});
+                    ratio ? Number(*ratio) + "x" : "-", f.target_text.empty() ? "-" : f.target_text,
+                    met ? (*met ? "yes" : "NO") : "-"});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto& row : rows) {
