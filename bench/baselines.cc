@@ -118,6 +118,21 @@ bool RecvAll(int fd, uint8_t* data, size_t size) {
   return true;
 }
 
+enum class Received { kBlock, kEnd, kFailed };
+
+// One whole block, or the peer's orderly end of the stream before it.
+Received RecvBlock(int fd, uint8_t* data, size_t size) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::recv(fd, data + got, size - got, MSG_WAITALL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && got == 0) return Received::kEnd;
+    if (n <= 0) return Received::kFailed;
+    got += static_cast<size_t>(n);
+  }
+  return Received::kBlock;
+}
+
 std::vector<double> RoundTrips(std::pair<Fd, Fd> pair, int count, int warmup, int64_t pace_us) {
   constexpr size_t kMessage = 64;
   const int echo_fd = pair.second.get();
@@ -146,14 +161,12 @@ std::vector<double> RoundTrips(std::pair<Fd, Fd> pair, int count, int warmup, in
 
 }  // namespace
 
-RawTransfer RawTcpThroughput(uint64_t block, uint64_t total, uint64_t buffer_bytes) {
+RawTransfer RawTcpThroughput(uint64_t block, const RoundLength& length, uint64_t buffer_bytes) {
   auto [client, server] = TcpPair();
   Buffer source(buffer_bytes, 0x5a);
   Buffer dest(buffer_bytes, 0);
   const uint64_t blocks_per_buffer = buffer_bytes / block;
-  const uint64_t count = total / block;
   RawTransfer result;
-  result.bytes = count * block;
   bool sent_ok = true;
   const int send_fd = client.get();
   const int64_t start = NowNs();
@@ -161,25 +174,31 @@ RawTransfer RawTcpThroughput(uint64_t block, uint64_t total, uint64_t buffer_byt
   std::thread sender([&, send_fd] {
     const int64_t cpu0 = ThreadCpuNs();
     const int64_t switches0 = ThreadVoluntarySwitches();
-    for (uint64_t i = 0; i < count && sent_ok; ++i) {
+    for (uint64_t i = 0; sent_ok && !length.Reached(i * block, NowNs() - start); ++i) {
       sent_ok = SendAll(send_fd, source.data() + (i % blocks_per_buffer) * block, block);
     }
     result.sender_cpu_ns = ThreadCpuNs() - cpu0;
     sender_switches = ThreadVoluntarySwitches() - switches0;
+    ::shutdown(send_fd, SHUT_WR);  // the receiver's end of the round
   });
   const int64_t cpu0 = ThreadCpuNs();
   const int64_t switches0 = ThreadVoluntarySwitches();
-  bool received_ok = true;
-  for (uint64_t i = 0; i < count && received_ok; ++i) {
-    received_ok = RecvAll(server.get(), dest.data() + (i % blocks_per_buffer) * block, block);
+  uint64_t count = 0;
+  Received received;
+  while ((received = RecvBlock(server.get(), dest.data() + (count % blocks_per_buffer) * block, block)) ==
+         Received::kBlock) {
+    ++count;
   }
   result.receiver_cpu_ns = ThreadCpuNs() - cpu0;
   result.seconds = static_cast<double>(NowNs() - start) / 1e9;
+  result.bytes = count * block;
   const int64_t receiver_switches = ThreadVoluntarySwitches() - switches0;
   sender.join();
   result.context_switches = sender_switches + receiver_switches;
-  if (!sent_ok || !received_ok) throw BenchError("raw TCP baseline: the connection failed");
-  if (std::memcmp(source.data(), dest.data(), block) != 0) throw BenchError("raw TCP baseline: bytes differ");
+  if (!sent_ok || received != Received::kEnd) throw BenchError("raw TCP baseline: the connection failed");
+  if (count == 0 || std::memcmp(source.data(), dest.data(), block) != 0) {
+    throw BenchError("raw TCP baseline: bytes differ");
+  }
   return result;
 }
 

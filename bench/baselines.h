@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "bench/round_length.h"
+
 namespace kvpeer::bench {
 
 struct RawTransfer {
@@ -25,11 +27,13 @@ struct RawTransfer {
   }
 };
 
-// Streams `total` bytes over one loopback TCP connection, send() and
-// recv(MSG_WAITALL) of `block` bytes each, from and into buffers of
-// `buffer_bytes` used round-robin (as large as the daemons' regions, so
-// both sides touch the same amount of memory). TCP_NODELAY as the daemons.
-RawTransfer RawTcpThroughput(uint64_t block, uint64_t total, uint64_t buffer_bytes);
+// Streams blocks over one loopback TCP connection until `length` is
+// reached (the sender decides, then half-closes; the receiver reads to the
+// end), send() and recv(MSG_WAITALL) of `block` bytes each, from and into
+// buffers of `buffer_bytes` used round-robin (as large as the daemons'
+// regions, so both sides touch the same amount of memory). TCP_NODELAY as
+// the daemons.
+RawTransfer RawTcpThroughput(uint64_t block, const RoundLength& length, uint64_t buffer_bytes);
 
 // Round trips of a 64-byte message between two threads: over loopback TCP
 // (TCP_NODELAY) or over a Unix stream socket. Returns one sample (µs) per

@@ -42,6 +42,9 @@ Cluster::Cluster(const DaemonOptions& daemon, const std::string& dir, int produc
 
 Cluster::~Cluster() {
   sources_.clear();
+  // All signalled first: each daemon drains for 0.5 s, and these drains overlap.
+  for (auto& producer : producers_) producer->SignalStop();
+  consumer_->SignalStop();
   for (auto& producer : producers_) producer->Stop();
   consumer_->Stop();
 }

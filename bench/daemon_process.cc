@@ -98,11 +98,17 @@ void DaemonProcess::Start() {
   }
 }
 
-int DaemonProcess::Stop() {
-  if (pid_ <= 0) return -1;
+void DaemonProcess::SignalStop() {
+  if (pid_ <= 0 || signalled_) return;
   // The daemon's own process group (set up in Start), so that a wrapper
   // such as strace does not leave the daemon running.
   ::kill(-pid_, SIGTERM);
+  signalled_ = true;
+}
+
+int DaemonProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  SignalStop();
   int wstatus = 0;
   const int64_t deadline = NowNs() + (options_.wrapper.empty() ? 10 : 60) * int64_t{1000000000};
   for (;;) {
@@ -116,6 +122,7 @@ int DaemonProcess::Stop() {
     SleepUs(2000);
   }
   pid_ = -1;
+  signalled_ = false;
   return wstatus;
 }
 
@@ -131,6 +138,19 @@ std::string DaemonProcess::LogTail() const {
   std::string out;
   for (size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) out += "\n  | " + lines[i];
   return out.empty() ? std::string("(log " + options_.log_path + " is empty)") : out;
+}
+
+void StopTogether(DaemonProcess& first, DaemonProcess& second) {
+  first.SignalStop();
+  second.SignalStop();
+  second.Stop();
+  first.Stop();
+}
+
+DaemonOptions WithFiles(DaemonOptions daemon, const std::string& stem) {
+  daemon.socket_path = stem + ".sock";
+  daemon.log_path = stem + ".log";
+  return daemon;
 }
 
 int64_t ProcCpuNs(pid_t pid) {

@@ -41,6 +41,10 @@ class DaemonProcess {
   // SIGTERM, then waits up to 10 s (SIGKILL after that). Returns the exit
   // status (as from waitpid) or -1 when it was not running.
   int Stop();
+  // Only the SIGTERM of Stop(): a daemon drains for 0.5 s after it, so
+  // signalling several daemons before stopping them waits once, not once
+  // per daemon.
+  void SignalStop();
 
   pid_t pid() const { return pid_; }
   const std::string& socket_path() const { return options_.socket_path; }
@@ -62,8 +66,14 @@ class DaemonProcess {
  private:
   DaemonOptions options_;
   pid_t pid_ = -1;
+  bool signalled_ = false;
   std::string listen_;
 };
+
+// Signals both before waiting for either, so that their drains overlap.
+void StopTogether(DaemonProcess& first, DaemonProcess& second);
+// `daemon` with its control socket at `stem`.sock and its log at `stem`.log.
+DaemonOptions WithFiles(DaemonOptions daemon, const std::string& stem);
 
 // CPU time of process `pid` (all threads) in ns: the sum of the threads'
 // se.sum_exec_runtime from /proc/PID/task/*/sched when the kernel exposes it

@@ -227,6 +227,32 @@ std::string BlockKey(uint32_t space, uint32_t index) {
   return out;
 }
 
+namespace {
+
+void AppendHex(std::string* out, uint64_t value) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (int shift = 60; shift >= 0; shift -= 4) out->push_back(kDigits[(value >> shift) & 0xf]);
+}
+
+// splitmix64: well-spread 64-bit words, so the hash part looks random.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::string VllmStyleKey(uint32_t space, uint32_t index) {
+  const uint64_t name = (uint64_t{space} << 32) | index;
+  std::string out;
+  out.reserve(72);
+  for (uint64_t word = 0; word < 4; ++word) AppendHex(&out, Mix(name * 4 + word));
+  out.append("00000000");  // group id 0
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // Region
 

@@ -87,6 +87,9 @@ LookupCounts CountLookup(const boost::json::object& answer);
 
 // 16 lowercase hex digits naming (space, index): distinct per pair.
 std::string BlockKey(uint32_t space, uint32_t index);
+// A key shaped like vLLM's: a 32-byte hash (here derived from space and
+// index) and a 4-byte group id (0), as 72 lowercase hex digits.
+std::string VllmStyleKey(uint32_t space, uint32_t index);
 
 class Region {
  public:

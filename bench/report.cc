@@ -28,7 +28,34 @@ std::string Pad(const std::string& text, size_t width) {
   return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
 }
 
+// "min..max, IQR q1..q3, n=count" in the figure's unit.
+std::string SpreadText(const Spread& s) {
+  return Number(s.min) + ".." + Number(s.max) + ", IQR " + Number(s.q1) + ".." + Number(s.q3) + ", n=" +
+         std::to_string(s.count);
+}
+
 }  // namespace
+
+Figure Fig(std::string id, std::string name, std::string unit, double value) {
+  Figure f;
+  f.id = std::move(id);
+  f.name = std::move(name);
+  f.unit = std::move(unit);
+  f.value = value;
+  return f;
+}
+
+Figure MedianFigure(std::string id, std::string name, std::string unit, const std::vector<double>& samples) {
+  const Spread spread = SpreadOf(samples);
+  Figure f = Fig(std::move(id), std::move(name), std::move(unit), spread.median);
+  f.spread = spread;
+  return f;
+}
+
+json::object SpreadJson(const Spread& s) {
+  return json::object{{"count", s.count}, {"min", s.min},       {"q1", s.q1},       {"median", s.median},
+                      {"q3", s.q3},       {"max", s.max},       {"iqr", s.Iqr()}};
+}
 
 std::optional<double> Figure::Ratio() const {
   if (!baseline || *baseline == 0) return std::nullopt;
@@ -39,6 +66,7 @@ std::optional<bool> Figure::Met() const {
   switch (goal) {
     case Goal::kNone: return std::nullopt;
     case Goal::kValueMax: return value <= target;
+    case Goal::kValueMin: return value >= target;
     case Goal::kRatioMin: {
       auto ratio = Ratio();
       return ratio && *ratio >= target;
@@ -53,13 +81,14 @@ std::optional<bool> Figure::Met() const {
 
 std::string Report::Table() const {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"figure", "value", "baseline", "ratio", "target", "met?"});
+  rows.push_back({"figure", "value", "spread (min..max, IQR)", "baseline", "ratio", "target", "met?"});
   for (const Figure& f : figures_) {
     std::string baseline = f.baseline ? Number(*f.baseline) + " " + f.unit + " (" + f.baseline_name + ")" : "-";
     auto ratio = f.Ratio();
     auto met = f.Met();
-    rows.push_back({f.name, Number(f.value) + " " + f.unit, baseline, ratio ? Number(*ratio) + "x" : "-",
-                    f.target_text.empty() ? "-" : f.target_text, met ? (*met ? "yes" : "NO") : "-"});
+    rows.push_back({f.name, Number(f.value) + " " + f.unit, f.spread ? SpreadText(*f.spread) : "-", baseline,
+                    ratio ? Number(*ratio) + "x" : "-", f.target_text.empty() ? "-" : f.target_text,
+                    met ? (*met ? "yes" : "NO") : "-"});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -96,6 +125,7 @@ json::object Report::Json(const std::string& mode) const {
     item["target"] = f.target_text.empty() ? json::value(nullptr) : json::value(f.target_text);
     auto met = f.Met();
     item["met"] = met ? json::value(*met) : json::value(nullptr);
+    item["spread"] = f.spread ? json::value(SpreadJson(*f.spread)) : json::value(nullptr);
     if (met) {
       ++with_target;
       met_count += *met ? 1 : 0;

@@ -10,6 +10,8 @@
 
 #include <boost/json/object.hpp>
 
+#include "bench/spread.h"
+
 namespace kvpeer::bench {
 
 // How a figure is compared with its target.
@@ -18,6 +20,7 @@ enum class Goal {
   kRatioMin,  // ratio >= target (throughput)
   kRatioMax,  // ratio <= target (CPU, latency ratio)
   kValueMax,  // value <= target (absolute bound in the value's unit)
+  kValueMin,  // value >= target (a ratio measured pair by pair is its own value)
 };
 
 struct Figure {
@@ -30,11 +33,21 @@ struct Figure {
   Goal goal = Goal::kNone;
   double target = 0;
   std::string target_text;  // as the issue states it
+  // For a figure measured several times (value is then the median).
+  std::optional<Spread> spread;
 
   std::optional<double> Ratio() const;
   // Empty for Goal::kNone.
   std::optional<bool> Met() const;
 };
+
+// A figure without baseline or target yet.
+Figure Fig(std::string id, std::string name, std::string unit, double value);
+// The median of `samples` with their spread.
+Figure MedianFigure(std::string id, std::string name, std::string unit, const std::vector<double>& samples);
+
+// A spread as JSON: count, min, q1, median, q3, max, iqr.
+boost::json::object SpreadJson(const Spread& spread);
 
 class Report {
  public:

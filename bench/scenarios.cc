@@ -17,8 +17,9 @@ constexpr size_t kMaxKeysPerPublish = 65536;
 
 }  // namespace
 
-SourceEngine::SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space)
-    : client_(socket), region_(num_blocks, block_len), space_(space) {
+SourceEngine::SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space,
+                           KeyNaming key_naming)
+    : client_(socket), region_(num_blocks, block_len), space_(space), key_naming_(key_naming) {
   client_.Call(request::Hello("bench-source", block_len, kFingerprint, kSeed), "hello");
   client_.Call(request::RegisterFd(num_blocks), "register_region", region_.fd());
   for (uint64_t i = 0; i < num_blocks; ++i) region_.Fill(i, SourceId(space, static_cast<uint32_t>(i)));
@@ -31,7 +32,7 @@ void SourceEngine::PublishAll(bool seal) {
     std::vector<std::string> keys;
     std::vector<uint32_t> ids;
     for (uint64_t i = begin; i < std::min(num_blocks, begin + kMaxKeysPerPublish); ++i) {
-      keys.push_back(BlockKey(space_, static_cast<uint32_t>(i)));
+      keys.push_back(key_naming_(space_, static_cast<uint32_t>(i)));
       ids.push_back(static_cast<uint32_t>(i));
     }
     client_.Call(request::Publish(keys, ids, seal), "publish");
@@ -101,7 +102,8 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
     throw BenchError("bulk: " + std::to_string(per_load) + " blocks per load and depth " +
                      std::to_string(config.depth) + " do not fit the regions");
   }
-  const uint64_t loads = config.total_bytes / (per_load * dest.block_len());
+  const uint64_t load_bytes = per_load * dest.block_len();
+  const RoundLength length{config.total_bytes, config.min_seconds};
   std::vector<BulkSlot> slots(static_cast<size_t>(config.depth));
   uint64_t next = 0, done = 0;
   BulkResult result;
@@ -119,10 +121,13 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
   };
 
   const int64_t start = NowNs();
-  while (done < loads) {
+  // A new load starts while the round is short of its length; the round
+  // ends when the loads already started are done.
+  auto more_loads = [&] { return !length.Reached(next * load_bytes, NowNs() - start); };
+  while (more_loads() || done < next) {
     for (size_t g = 0; g < slots.size(); ++g) {
       BulkSlot& slot = slots[g];
-      if (slot.state != BulkSlot::State::kFree || next >= loads) continue;
+      if (slot.state != BulkSlot::State::kFree || !more_loads()) continue;
       slot.k = next++;
       slot.kv = tag + "-" + std::to_string(slot.k);
       slot.keys.clear();
@@ -168,8 +173,8 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
       ++done;
     }
   }
-  result.loads = loads;
-  result.bytes = loads * per_load * dest.block_len();
+  result.loads = next;
+  result.bytes = next * load_bytes;
   return result;
 }
 

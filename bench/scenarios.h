@@ -1,12 +1,12 @@
 // The daemon measurements: engines attached to real kvpeerd processes.
 //
 // * SourceEngine: an engine on a producer node whose region holds patterned
-//   blocks, all published under BlockKey(space, index).
-// * RunBulk: the consumer engine fetches `total_bytes` from a producer in
-//   loads of `blocks_per_load` blocks, `depth` loads in flight, each load
-//   preceded by its lookup (the symmetric flow an engine uses), verifying a
-//   sample of every load's destination blocks (all of them with
-//   verify_all).
+//   blocks, all published under BlockKey(space, index) (or another naming).
+// * RunBulk: the consumer engine fetches at least `total_bytes`, for at
+//   least `min_seconds`, from a producer in loads of `blocks_per_load`
+//   blocks, `depth` loads in flight, each load preceded by its lookup (the
+//   symmetric flow an engine uses), verifying a sample of every load's
+//   destination blocks (all of them with verify_all).
 // * MeasureLookups / MeasureControlOps: round-trip samples in µs.
 // * Concurrency: lookup+load latency of a probe request while N-1 other
 //   requests have a load in flight, and of N requests started at once.
@@ -23,15 +23,20 @@
 #include <vector>
 
 #include "bench/engine_client.h"
+#include "bench/round_length.h"
 
 namespace kvpeer::bench {
 
 // The pattern id of block `index` of key space `space`.
 inline uint64_t SourceId(uint32_t space, uint32_t index) { return (uint64_t{space} << 32) | index; }
 
+// How an engine names block `index` of key space `space`.
+using KeyNaming = std::string (*)(uint32_t space, uint32_t index);
+
 class SourceEngine {
  public:
-  SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space);
+  SourceEngine(const std::string& socket, uint64_t block_len, uint64_t num_blocks, uint32_t space,
+               KeyNaming key_naming = &BlockKey);
   uint64_t num_blocks() const { return region_.num_blocks(); }
   // Publishes every block again at its slot (sealed or not) and returns the
   // wall time the daemon took, in ns: the cost of `seal` is the difference.
@@ -45,6 +50,7 @@ class SourceEngine {
   EngineClient client_;
   Region region_;
   uint32_t space_;
+  KeyNaming key_naming_;
 };
 
 // A consumer engine: a hello'd connection with a registered region.
@@ -56,7 +62,9 @@ struct ConsumerEngine {
 };
 
 struct BulkConfig {
+  // The round lasts until both are reached (bench/round_length.h).
   uint64_t total_bytes = 0;
+  double min_seconds = 0;
   uint64_t blocks_per_load = 0;
   int depth = 4;
   bool verify_all = false;

@@ -2,7 +2,9 @@
 
 #include <time.h>
 
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <thread>
 
 namespace kvpeer::bench {
@@ -24,5 +26,11 @@ int64_t ProcessCpuNs() { return ClockNs(CLOCK_PROCESS_CPUTIME_ID); }
 std::string ErrnoText(int error) { return std::strerror(error); }
 
 void SleepUs(int64_t us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
+
+void Progress(const std::string& text) {
+  char stamp[32];
+  std::snprintf(stamp, sizeof(stamp), "%.6f", static_cast<double>(NowNs()) / 1e9);
+  std::cerr << "kvpeer-bench: [" << stamp << "] " << text << std::endl;
+}
 
 }  // namespace kvpeer::bench

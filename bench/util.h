@@ -1,4 +1,5 @@
-// Small helpers shared by the benchmark's parts: errors, clocks, percentiles.
+// Small helpers shared by the benchmark's parts: errors, clocks, percentiles,
+// progress lines.
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -43,5 +44,10 @@ std::string ErrnoText(int error);
 
 // Sleeps the calling thread.
 void SleepUs(int64_t us);
+
+// A progress line on stderr with the CLOCK_MONOTONIC time, so that a profile
+// recorded with `perf record -k CLOCK_MONOTONIC` can be cut to one phase
+// (perf report --time).
+void Progress(const std::string& text);
 
 }  // namespace kvpeer::bench

@@ -14,13 +14,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/limits.h"
+
 namespace kvpeer::cli {
 namespace {
 
 namespace json = boost::json;
 
 // The control API's line limit plus the newline.
-constexpr size_t kMaxLine = 16 * 1024 * 1024 + 1;
+constexpr size_t kMaxLine = kMaxControlLineBytes + 1;
 
 class Socket {
  public:

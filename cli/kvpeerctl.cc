@@ -17,7 +17,7 @@
 #include "cli/control_client.h"
 #include "cli/finite_json.h"
 #include "cli/status_view.h"
-#include "config/host_port.h"
+#include "base/host_port.h"
 #include "config/printable.h"
 #include "config/settings.h"
 #include "config/version.h"
@@ -121,7 +121,7 @@ std::optional<Outcome> BuildRequest(const std::vector<std::string>& words, json:
   (*request)["id"] = 1;
   (*request)["op"] = command == "peers" ? "status" : command;
   if (takes_peer) {
-    if (!kvpeer::config::ParseHostPort(words[1])) {
+    if (!kvpeer::ParseHostPort(words[1])) {
       return UsageError("PEER '" + words[1] + "' is not HOST:PORT (port 0..65535; IPv6 as [::1]:5710)");
     }
     (*request)["peer"] = words[1];

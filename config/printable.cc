@@ -1,9 +1,10 @@
 #include "config/printable.h"
 
+#include "base/hex.h"
+
 namespace kvpeer::config {
 
 std::string Printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(text.size());
   for (const char c : text) {
@@ -12,8 +13,7 @@ std::string Printable(std::string_view text) {
       out += "\\\\";
     } else if (byte < 0x20 || byte >= 0x7f) {
       out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
+      AppendHexByte(byte, &out);
     } else {
       out += c;
     }

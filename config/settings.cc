@@ -24,6 +24,7 @@
 #include "config/toml_subset.h"
 #include "config/version.h"
 #include "protocol/json_fields.h"
+#include "protocol/limits.h"
 #include "protocol/peer_id.h"
 
 namespace kvpeer::config {
@@ -62,10 +63,10 @@ Status ApplySeconds(const std::string& raw, std::chrono::seconds* out) {
 }
 
 Status ApplyBoundedString(const std::string& raw, size_t min_len, std::optional<std::string>* out) {
-  if (raw.size() < min_len || raw.size() > kMaxSettingString) {
+  if (raw.size() < min_len || raw.size() > protocol::kMaxStringChars) {
     // The value itself is not echoed: hash-seed is not shown to peers either.
     return Status::Invalid("has " + std::to_string(raw.size()) + " characters; allowed: " + std::to_string(min_len) +
-                           ".." + std::to_string(kMaxSettingString));
+                           ".." + std::to_string(protocol::kMaxStringChars));
   }
   *out = raw;
   return Status::Ok();
@@ -120,9 +121,9 @@ Status ApplySocket(const std::vector<std::string>& raw, Settings* s) {
 
 Status ApplyBlockLen(const std::vector<std::string>& raw, Settings* s) {
   std::optional<int64_t> value = ParseInteger(raw.front());
-  std::string range = "1.." + std::to_string(kMaxBlockLen);
+  std::string range = "1.." + std::to_string(protocol::kMaxBlockLen);
   if (!value) return Status::Invalid(Quoted(raw.front()) + " is not a number (allowed: " + range + ")");
-  if (*value < 1 || static_cast<uint64_t>(*value) > kMaxBlockLen) {
+  if (*value < 1 || static_cast<uint64_t>(*value) > protocol::kMaxBlockLen) {
     return Status::Invalid(raw.front() + " must be " + range);
   }
   s->block_len = static_cast<uint64_t>(*value);

@@ -26,16 +26,14 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/host_port.h"
 #include "config/cidr.h"
-#include "config/host_port.h"
 #include "protocol/features.h"
 
 namespace kvpeer::config {
 
 inline constexpr uint16_t kDefaultPort = 5710;
 inline constexpr const char* kDefaultSocketPath = "/run/kvpeer/kvpeerd.sock";
-inline constexpr uint64_t kMaxBlockLen = 67108864;  // one block fits one frame (wire spec section 2)
-inline constexpr size_t kMaxSettingString = 4096;   // wire bound of config_fingerprint / hash_seed
 inline constexpr int64_t kMaxTimeoutSeconds = 86400;
 // Limit defaults (see Settings).
 inline constexpr uint64_t kDefaultMaxPeers = 64;

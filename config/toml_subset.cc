@@ -4,18 +4,13 @@
 #include <cstdint>
 #include <optional>
 
+#include "base/hex.h"
+
 namespace kvpeer::config {
 namespace {
 
 bool IsKeyChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-}
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 bool IsBareValueChar(char c) { return IsKeyChar(c) || c == '+' || c == '.' || c == ':'; }
@@ -205,7 +200,7 @@ class Reader {
     std::string_view hex = text_.substr(pos_, digits);
     uint32_t code_point = 0;
     for (char c : hex) {
-      int digit = HexDigit(c);
+      int digit = HexDigitValue(c);
       if (digit < 0) return Error("invalid unicode escape in the value of '" + key + "'");
       code_point = code_point * 16 + static_cast<uint32_t>(digit);
     }

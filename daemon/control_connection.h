@@ -36,6 +36,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/limits.h"
 #include "daemon/engine_registry.h"
 #include "daemon/unique_fd.h"
 
@@ -44,7 +45,6 @@ namespace kvpeer::daemon {
 class ControlConnection;
 class EngineSession;
 
-inline constexpr size_t kMaxControlLineBytes = 16u * 1024 * 1024;  // not counting the newline
 // Request bytes one connection may have sent and not had answered.
 inline constexpr size_t kMaxUnansweredBytes = 32u * 1024 * 1024;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "base/utf8.h"
 #include "daemon/json_request.h"
 
 namespace kvpeer::daemon {

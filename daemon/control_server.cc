@@ -26,6 +26,7 @@
 #include "daemon/engine_session.h"
 #include "daemon/json_request.h"
 #include "daemon/metrics_text.h"
+#include "daemon/peer_status_json.h"
 
 namespace kvpeer::daemon {
 namespace {
@@ -156,7 +157,7 @@ void ControlServer::OnAccepted(Local::socket socket) {
   if (!Allowed(credentials)) {
     spdlog::warn("control connection from pid {} uid {} gid {} refused: not in the allowlist", peer.pid, peer.uid,
                  peer.gid);
-    engines_.counters().Add("control_connections_refused");
+    engines_.counters().Add(Counter::kControlConnectionsRefused);
     return;
   }
   if (options_.max_connections != 0 && connections_.size() >= options_.max_connections) {
@@ -164,7 +165,7 @@ void ControlServer::OnAccepted(Local::socket socket) {
     return;  // `socket` closes here
   }
   spdlog::info("control connection from pid {} uid {} gid {}", peer.pid, peer.uid, peer.gid);
-  engines_.counters().Add("control_connections");
+  engines_.counters().Add(Counter::kControlConnections);
   ControlHandler* handler = this;
   auto connection = std::make_shared<ControlConnection>(std::move(socket), credentials, handler);
   connections_[connection.get()] = connection;
@@ -173,7 +174,7 @@ void ControlServer::OnAccepted(Local::socket socket) {
 
 void ControlServer::RefuseOverLimit(Local::socket& socket, const PeerCredentials& credentials) {
   const std::string limit = "max-control-connections (" + std::to_string(options_.max_connections) + ") reached";
-  limits_.Hit(&engines_.counters(), "limit_max_control_connections",
+  limits_.Hit(&engines_.counters(), Counter::kLimitMaxControlConnections,
               limit + ": refused a control connection from pid " + std::to_string(credentials.pid) + " uid " +
                   std::to_string(credentials.uid));
   const std::string line =
@@ -203,7 +204,7 @@ std::string ControlServer::Answer(const json::value& id, const Status& status, j
   json::object out;
   out["id"] = id;
   if (!status.ok()) {
-    engines_.counters().Add("errors_" + std::string(ApiErrorCode(status)));
+    engines_.counters().Add(CounterFamily::kControlErrors, ApiErrorIndex(status));
     out["ok"] = false;
     out["error"] = json::object{{"code", ApiErrorCode(status)}, {"message", status.message()}};
   } else {
@@ -215,7 +216,7 @@ std::string ControlServer::Answer(const json::value& id, const Status& status, j
 
 asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlConnection> connection,
                                                        ControlLine line) {
-  engines_.counters().Add("requests");
+  engines_.counters().Add(Counter::kRequests);
   boost::system::error_code ec;
   json::value parsed = json::parse(line.text, ec);
   if (ec) co_return Answer(nullptr, Status::Invalid("request is not valid JSON: " + ec.message()), {});
@@ -241,7 +242,7 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
   // By op for the metrics; ops outside the API share one name, so a client
   // cannot add counters at will.
   const std::string_view op_name = op->get_string();
-  engines_.counters().Add("op_" + std::string(FindControlOp(op_name) != nullptr ? op_name : "unknown"));
+  engines_.counters().Add(CounterFamily::kControlRequests, ControlRequestLabel(op_name));
   json::object fields;
   Status status;
   try {
@@ -378,10 +379,10 @@ json::object ControlServer::StatusFields() const {
   status["config"] = options_.config;
   PeerService* peers = engines_.peer_service();
   status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
-  status["peers"] = peers != nullptr ? peers->PeersStatus() : json::array();
+  status["peers"] = peers != nullptr ? PeersStatusJson(peers->PeerSnapshots()) : json::array();
   status["engines"] = engines_.EnginesStatus();
   json::object counters;
-  for (const auto& [name, value] : engines_.counters().values()) counters[name] = value;
+  for (const auto& [name, value] : engines_.counters().ByName()) counters[name] = value;
   status["counters"] = std::move(counters);
   return status;
 }
@@ -398,7 +399,7 @@ std::string ControlServer::MetricsText() const {
   const EngineRegistry::Totals totals = engines_.EngineTotals();
   input.engine_loads_in_flight = totals.loads_in_flight;
   input.engine_jobs_pending = totals.jobs_pending;
-  input.peers = peers != nullptr ? peers->PeersStatus() : json::array();
+  if (peers != nullptr) input.peers = peers->PeerSnapshots();
   input.counters = &engines_.counters();
   input.peer_service = peers;
   return FormatMetrics(input);

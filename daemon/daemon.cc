@@ -72,9 +72,7 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
 // The one-line state systemd shows (`systemctl status`).
 std::string StatusText(const std::string& node_id, const PeerManager& peers, const EngineRegistry& engines) {
   size_t ready = 0;
-  for (const boost::json::value& peer : peers.PeersStatus()) {
-    if (peer.as_object().at("state") == "ready") ++ready;
-  }
+  for (const PeerSnapshot& peer : peers.PeerSnapshots()) ready += peer.state == PeerState::kReady ? 1 : 0;
   return fmt::format("node {}, {} peers ready, {} engines", node_id, ready, engines.engine_count());
 }
 
@@ -222,13 +220,13 @@ void Daemon::Reload() {
   for (const std::string& arg : argv_) args.push_back(arg.c_str());
   config::ParseResult parsed = config::ParseCommandLine(static_cast<int>(args.size()), args.data());
   if (!parsed.settings) {
-    counters.Add("config_reload_failures");
+    counters.Add(Counter::kConfigReloadFailures);
     std::string message = parsed.message;
     while (!message.empty() && message.back() == '\n') message.pop_back();
     spdlog::error("reload: the settings are invalid; nothing changed: {}", message);
     return;
   }
-  counters.Add("config_reloads");
+  counters.Add(Counter::kConfigReloads);
   const std::vector<config::SettingChange> changes = config::DiffSettings(loaded_, *parsed.settings);
   size_t applied = 0;
   for (const config::SettingChange& change : changes) {

@@ -39,7 +39,7 @@ Status EngineRegistry::Hello(const json::object& request, const PeerCredentials&
     const std::string why = "max-engines (" + std::to_string(max_engines_) + ") reached: this node already has " +
                             std::to_string(engines_.size()) +
                             " engine sessions; one must end first, or raise --max-engines";
-    limits_.Hit(&counters_, "limit_max_engines",
+    limits_.Hit(&counters_, Counter::kLimitMaxEngines,
                 "engine '" + client + "' (pid " + std::to_string(credentials.pid) + ") refused: " + why);
     return Status::Conflict(why);
   }
@@ -47,7 +47,7 @@ Status EngineRegistry::Hello(const json::object& request, const PeerCredentials&
   const EngineId id = next_engine_++;
   *session = std::make_shared<EngineSession>(*this, id, client, settings.block_len, credentials);
   engines_[id] = session->get();
-  counters_.Add("engines_admitted");
+  counters_.Add(Counter::kEnginesAdmitted);
   spdlog::info("engine '{}' (pid {}) said hello as engine {}", client, credentials.pid, id);
   (*response)["node_id"] = node_id_;
   (*response)["version"] = kVersion;
@@ -74,19 +74,19 @@ EngineSession* EngineRegistry::TakeRoute(session::JobId job, int64_t* engine_job
 }
 
 void EngineRegistry::OnLoadResult(const session::JobResult& result) {
-  counters_.Add(result.success ? "load_results_succeeded" : "load_results_failed");
+  counters_.Add(result.success ? Counter::kLoadResultsSucceeded : Counter::kLoadResultsFailed);
   int64_t engine_job = 0;
   if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
     session->OnLoadResult(engine_job, result);
   } else {
-    counters_.Add("results_dropped");
+    counters_.Add(Counter::kResultsDropped);
   }
 }
 
 void EngineRegistry::OnStoreResult(const session::JobResult& result) {
-  counters_.Add(result.success ? "store_results_succeeded" : "store_results_failed");
+  counters_.Add(result.success ? Counter::kStoreResultsSucceeded : Counter::kStoreResultsFailed);
   if (!result.success) {
-    counters_.Add("store_failures_" + std::string(kStoreFailureLabels[StoreFailureLabel(result.failure)]));
+    counters_.Add(CounterFamily::kStoreFailures, StoreFailureLabel(result.failure));
     spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id,
                  result.kv_request_id, result.reason);
   }
@@ -94,12 +94,12 @@ void EngineRegistry::OnStoreResult(const session::JobResult& result) {
   if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
     session->OnStoreResult(engine_job, result);
   } else {
-    counters_.Add("results_dropped");
+    counters_.Add(Counter::kResultsDropped);
   }
 }
 
 void EngineRegistry::OnRequestFailed(const std::string& peer, const std::string& kv_request_id) {
-  counters_.Add("requests_failed");
+  counters_.Add(Counter::kRequestsFailed);
   auto user = kv_users_.find({peer, kv_request_id});
   if (user == kv_users_.end()) return;
   auto session = engines_.find(user->second);
@@ -141,7 +141,7 @@ Status EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>*
     const std::string why = "max-region-bytes (" + std::to_string(max_region_bytes_) + ") reached: " +
                             std::to_string(mapped) + " bytes of engine regions are mapped and this region needs " +
                             std::to_string(bytes) + "; a smaller region, or raise --max-region-bytes";
-    limits_.Hit(&counters_, "limit_max_region_bytes", "register_region refused: " + why);
+    limits_.Hit(&counters_, Counter::kLimitMaxRegionBytes, "register_region refused: " + why);
     return Status::Conflict(why);
   }
   *region_bytes_ += bytes;

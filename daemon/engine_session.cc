@@ -297,7 +297,7 @@ Status EngineSession::Load(const json::object& request, json::object*) {
     return failed;
   }
   kv_ids_.insert(kv_request_id);
-  registry_.counters().Add("loads_submitted");
+  registry_.counters().Add(Counter::kLoadsSubmitted);
   return Status::Ok();
 }
 
@@ -328,7 +328,7 @@ Status EngineSession::Store(const json::object& request, json::object*) {
       pins.push_back(registry_.index().Pin(id_, slot, guard, sealed));
     }
   }  // from here on only the pins hold the guard
-  registry_.counters().Add("stores_submitted");
+  registry_.counters().Add(Counter::kStoresSubmitted);
   peers->Store(node_job, kv_request_id, std::move(keys), std::move(pins));
   return Status::Ok();
 }

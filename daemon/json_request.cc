@@ -1,10 +1,12 @@
 #include "daemon/json_request.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 
+#include "base/hex.h"
+#include "base/host_port.h"
+#include "base/utf8.h"
 #include "protocol/codec.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
@@ -59,13 +61,8 @@ Broken ParsePeer(const json::value& value, std::string* out) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a \"host:port\" string", value);
   const std::string_view peer(*text);
-  const size_t colon = peer.rfind(':');
-  unsigned port = 0;
-  const char* end = peer.data() + peer.size();
-  const bool port_ok = colon != std::string_view::npos &&
-                       std::from_chars(peer.data() + colon + 1, end, port).ptr == end && colon + 1 < peer.size() &&
-                       port >= 1 && port <= 65535;
-  if (colon == 0 || !port_ok || peer.size() > protocol::kMaxStringChars) {
+  const std::optional<HostPort> address = SplitHostPort(peer);
+  if (!address || address->port == 0 || peer.size() > protocol::kMaxStringChars) {
     return "must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'";
   }
   out->assign(peer);
@@ -112,13 +109,6 @@ bool HasNonFiniteNumber(const json::value& value) {
     default:
       return false;
   }
-}
-
-std::string Utf8Prefix(std::string_view text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return std::string(text);
-  size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut));
 }
 
 std::string_view JsonKind(const json::value& value) {

@@ -38,10 +38,6 @@ std::string_view JsonKind(const boost::json::value& value);
 // is not JSON. The parser's depth limit bounds the recursion.
 bool HasNonFiniteNumber(const boost::json::value& value);
 
-// At most `max_bytes` of `text`, never cutting a UTF-8 character in half:
-// an error message quoting a request must itself be valid JSON text.
-std::string Utf8Prefix(std::string_view text, size_t max_bytes);
-
 class RequestReader {
  public:
   explicit RequestReader(const boost::json::object& request) : request_(request) {}

@@ -14,11 +14,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <string>
-#include <string_view>
 
 #include "daemon/counters.h"
 
@@ -26,14 +25,12 @@ namespace kvpeer::daemon {
 
 class LimitReporter {
  public:
-  // Counts one hit of `counter` (e.g. "limit_max_peers") and logs `message`.
-  // A null `counters` only logs.
-  void Hit(Counters* counters, std::string_view counter, const std::string& message) {
+  // Counts one hit of `counter` (e.g. Counter::kLimitMaxPeers) and logs
+  // `message`. A null `counters` only logs.
+  void Hit(Counters* counters, Counter counter, const std::string& message) {
     if (counters != nullptr) counters->Add(counter);
     const auto now = std::chrono::steady_clock::now();
-    auto it = log_.find(counter);
-    if (it == log_.end()) it = log_.emplace(std::string(counter), LogState{}).first;
-    LogState& state = it->second;
+    LogState& state = log_[static_cast<size_t>(counter)];
     if (state.logged_once && now - state.last_warn < std::chrono::seconds(1)) {
       ++state.suppressed;
       spdlog::debug("limit reached: {}", message);
@@ -41,7 +38,7 @@ class LimitReporter {
     }
     if (state.suppressed > 0) {
       spdlog::warn("limit reached: {} ({} more {} hits since the last warning, logged at debug level)", message,
-                   state.suppressed, counter);
+                   state.suppressed, CounterName(counter));
     } else {
       spdlog::warn("limit reached: {}", message);
     }
@@ -56,7 +53,7 @@ class LimitReporter {
     std::chrono::steady_clock::time_point last_warn{};
     uint64_t suppressed = 0;
   };
-  std::map<std::string, LogState, std::less<>> log_;
+  std::array<LogState, kCounterSpecs.size()> log_{};
 };
 
 }  // namespace kvpeer::daemon

@@ -65,7 +65,7 @@ struct Connection {
 };
 
 struct MetricsHttpServer::State {
-  State(asio::io_context& io_in, config::HostPort address_in, std::function<std::string()> render_in)
+  State(asio::io_context& io_in, HostPort address_in, std::function<std::string()> render_in)
       : io(io_in), address(std::move(address_in)), render(std::move(render_in)), acceptor(io_in) {}
 
   // Static, holding the state in a parameter: the coroutine frames keep it
@@ -79,7 +79,7 @@ struct MetricsHttpServer::State {
   void ShedOne();
 
   asio::io_context& io;
-  config::HostPort address;
+  HostPort address;
   std::function<std::string()> render;
   tcp::acceptor acceptor;
   // By accept order (the key counts up), so the first idle entry is the
@@ -200,7 +200,7 @@ asio::awaitable<void> MetricsHttpServer::State::AcceptLoop(std::shared_ptr<State
   }
 }
 
-MetricsHttpServer::MetricsHttpServer(asio::io_context& io, config::HostPort address,
+MetricsHttpServer::MetricsHttpServer(asio::io_context& io, HostPort address,
                                      std::function<std::string()> render)
     : state_(std::make_shared<State>(io, std::move(address), std::move(render))) {}
 
@@ -208,7 +208,7 @@ MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 Status MetricsHttpServer::Start() {
   State& s = *state_;
-  const std::string name = config::FormatHostPort(s.address);
+  const std::string name = FormatHostPort(s.address);
   boost::system::error_code ec;
   tcp::resolver resolver(s.io);
   auto endpoints = resolver.resolve(s.address.host, std::to_string(s.address.port),
@@ -243,8 +243,8 @@ void MetricsHttpServer::Stop() {
 std::string MetricsHttpServer::address() const {
   boost::system::error_code ec;
   const tcp::endpoint endpoint = state_->acceptor.local_endpoint(ec);
-  if (ec) return config::FormatHostPort(state_->address);
-  return config::FormatHostPort({endpoint.address().to_string(), endpoint.port()});
+  if (ec) return FormatHostPort(state_->address);
+  return FormatHostPort({endpoint.address().to_string(), endpoint.port()});
 }
 
 }  // namespace kvpeer::daemon

@@ -26,15 +26,15 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "base/host_port.h"
 #include "base/status.h"
-#include "config/host_port.h"
 
 namespace kvpeer::daemon {
 
 class MetricsHttpServer {
  public:
   // `render` produces the metrics text for each scrape.
-  MetricsHttpServer(boost::asio::io_context& io, config::HostPort address, std::function<std::string()> render);
+  MetricsHttpServer(boost::asio::io_context& io, HostPort address, std::function<std::string()> render);
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;

@@ -3,107 +3,120 @@
 #include <array>
 #include <string_view>
 
-#include <boost/json/value.hpp>
-
 #include "config/version.h"
 #include "daemon/metrics.h"
+#include "daemon/peer_histograms.h"
 #include "daemon/peer_service.h"
+#include "daemon/peer_state.h"
+#include "daemon/reason_labels.h"
+#include "protocol/type_names.h"
 
 namespace kvpeer::daemon {
 namespace {
 
-namespace json = boost::json;
-
-constexpr std::array<std::string_view, 5> kPeerStates = {"connecting", "handshaking", "ready", "backoff", "closed"};
-
-// Control-side counter names that become one labelled family.
-struct LabelledCounter {
-  std::string_view prefix;
-  const char* family;
-  const char* label;
-  const char* help;
-};
-constexpr std::array<LabelledCounter, 3> kLabelledCounters = {{
-    {"op_", "kvpeer_control_requests_total", "op", "Control requests by op (unknown: an op not in the API)."},
-    {"errors_", "kvpeer_control_errors_total", "code", "Control requests answered with an error, by code."},
-    {"store_failures_", "kvpeer_store_failures_total", "reason", "Store jobs that failed, by reason."},
-}};
-
-// Counter names are snake_case already; anything else becomes '_'.
-std::string MetricName(std::string_view name) {
-  std::string out = "kvpeer_";
-  for (char c : name) out.push_back((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ? c : '_');
-  return out + "_total";
-}
-
-uint64_t Uint(const json::object& object, std::string_view key) {
-  const json::value* value = object.if_contains(key);
-  if (value == nullptr) return 0;
-  if (const uint64_t* u = value->if_uint64()) return *u;
-  if (const int64_t* i = value->if_int64()) return *i > 0 ? static_cast<uint64_t>(*i) : 0;
-  return 0;
-}
-
-std::string_view Str(const json::object& object, std::string_view key) {
-  const json::value* value = object.if_contains(key);
-  return value != nullptr && value->is_string() ? std::string_view(value->get_string()) : std::string_view();
-}
-
-void PeerStatusMetrics(metrics::Registry& registry, const json::array& peers) {
-  std::array<uint64_t, kPeerStates.size()> by_state{};
-  for (const json::value& peer : peers) {
-    if (!peer.is_object()) continue;
-    for (size_t i = 0; i < kPeerStates.size(); ++i) {
-      if (Str(peer.get_object(), "state") == kPeerStates[i]) ++by_state[i];
-    }
-  }
+void PeerStateMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
+  std::array<uint64_t, kPeerStateNames.size()> by_state{};
+  for (const PeerSnapshot& peer : peers) ++by_state[static_cast<size_t>(peer.state)];
   auto& states = registry.Gauge("kvpeer_peers", "Peers by session state.", {"state"});
-  for (size_t i = 0; i < kPeerStates.size(); ++i) states.Set({kPeerStates[i]}, static_cast<double>(by_state[i]));
-
-  struct PerPeer {
-    const char* field;
-    const char* name;
-    metrics::Type type;
-    const char* help;
-  };
-  static constexpr PerPeer kPerPeer[] = {
-      {"bytes_sent", "kvpeer_peer_bytes_sent_total", metrics::Type::kCounter, "Bytes sent to the peer."},
-      {"bytes_received", "kvpeer_peer_bytes_received_total", metrics::Type::kCounter,
-       "Bytes received from the peer."},
-      {"loads_in_flight", "kvpeer_peer_loads_in_flight", metrics::Type::kGauge,
-       "Loads from the peer still owed a result."},
-      {"rounds_serving", "kvpeer_peer_rounds_serving", metrics::Type::kGauge,
-       "Fetch rounds of the peer being served."},
-  };
-  for (const PerPeer& metric : kPerPeer) {
-    metrics::Family& family = metric.type == metrics::Type::kCounter
-                                  ? registry.Counter(metric.name, metric.help, {"peer"})
-                                  : registry.Gauge(metric.name, metric.help, {"peer"});
-    for (const json::value& peer : peers) {
-      if (!peer.is_object()) continue;
-      const json::object& object = peer.get_object();
-      const uint64_t value = Uint(object, metric.field);
-      if (metric.type == metrics::Type::kCounter) {
-        family.Add({Str(object, "peer_id")}, value);
-      } else {
-        family.Set({Str(object, "peer_id")}, static_cast<double>(value));
-      }
-    }
+  for (size_t i = 0; i < kPeerStateNames.size(); ++i) {
+    states.Set({kPeerStateNames[i]}, static_cast<double>(by_state[i]));
   }
 }
 
-void CounterMetrics(metrics::Registry& registry, const Counters& counters) {
-  for (const LabelledCounter& labelled : kLabelledCounters) {
-    metrics::Family& family = registry.Counter(labelled.family, labelled.help, {labelled.label});
-    for (const auto& [name, value] : counters.values()) {
-      if (name.starts_with(labelled.prefix)) family.Add({std::string_view(name).substr(labelled.prefix.size())}, value);
+void PeerTrafficMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
+  auto& bytes_sent = registry.Counter("kvpeer_peer_bytes_sent_total", "Bytes sent to the peer.", {"peer"});
+  auto& bytes_received = registry.Counter("kvpeer_peer_bytes_received_total", "Bytes received from the peer.",
+                                          {"peer"});
+  auto& frames_sent = registry.Counter("kvpeer_peer_frames_sent_total", "Frames written to the peer, by message type.",
+                                       {"peer", "type"});
+  auto& frames_received = registry.Counter("kvpeer_peer_frames_received_total",
+                                           "Frames received from the peer, by message type.", {"peer", "type"});
+  auto& keys_sent = registry.Counter("kvpeer_peer_lookup_keys_sent_total",
+                                     "Keys this node probed on the peer (keys of lookup messages sent).", {"peer"});
+  auto& hits_received = registry.Counter("kvpeer_peer_lookup_hits_received_total",
+                                         "Keys the peer answered hit (in lookup_resp messages received).", {"peer"});
+  auto& keys_served = registry.Counter("kvpeer_peer_lookup_keys_served_total",
+                                       "Keys the peer probed on this node (keys of lookup messages received).",
+                                       {"peer"});
+  auto& hits_served = registry.Counter("kvpeer_peer_lookup_hits_served_total",
+                                       "Keys of the peer's probes this node answered hit.", {"peer"});
+  const auto type_name = [](size_t index) {
+    return index < protocol::kKnownTypeNames.size() ? protocol::kKnownTypeNames[index] : std::string_view("unknown");
+  };
+  for (const PeerSnapshot& peer : peers) {
+    const std::string& id = peer.peer_id;
+    const ConnectionStats& stats = peer.counters.stats;
+    bytes_sent.Add({id}, peer.counters.bytes_sent);
+    bytes_received.Add({id}, peer.counters.bytes_received);
+    for (size_t i = 0; i < ConnectionStats::kMessageKinds; ++i) {
+      if (stats.frames_sent[i] > 0) frames_sent.Add({id, type_name(i)}, stats.frames_sent[i]);
+      if (stats.frames_received[i] > 0) frames_received.Add({id, type_name(i)}, stats.frames_received[i]);
     }
+    keys_sent.Add({id}, stats.lookup_keys_sent);
+    hits_received.Add({id}, stats.lookup_hits_received);
+    keys_served.Add({id}, stats.lookup_keys_served);
+    hits_served.Add({id}, stats.lookup_hits_served);
   }
-  for (const auto& [name, value] : counters.values()) {
-    bool labelled = false;
-    for (const LabelledCounter& family : kLabelledCounters) labelled = labelled || name.starts_with(family.prefix);
-    if (labelled) continue;
-    registry.Counter(MetricName(name), "Control-side count of " + name + ".").Add({}, value);
+}
+
+void PeerWorkMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
+  auto& loads = registry.Counter("kvpeer_peer_loads_total",
+                                 "Loads from the peer by outcome (succeeded, failed, rejected) and reason.",
+                                 {"peer", "outcome", "reason"});
+  auto& dials = registry.Counter("kvpeer_peer_dials_total", "Connection attempts this node made to the peer.", {"peer"});
+  auto& sessions = registry.Counter("kvpeer_peer_sessions_total",
+                                    "Sessions with the peer that completed the handshake.", {"peer"});
+  for (const PeerSnapshot& peer : peers) {
+    const std::string& id = peer.peer_id;
+    const PeerCounters& counters = peer.counters;
+    loads.Add({id, "succeeded", "none"}, counters.loads_succeeded);
+    for (size_t i = 0; i < kLoadFailureLabels.size(); ++i) {
+      if (counters.loads_failed[i] > 0) loads.Add({id, "failed", kLoadFailureLabels[i]}, counters.loads_failed[i]);
+    }
+    if (counters.loads_rejected > 0) loads.Add({id, "rejected", "peer_unavailable"}, counters.loads_rejected);
+    dials.Add({id}, counters.dials);
+    sessions.Add({id}, counters.sessions_ready);
+  }
+}
+
+void PeerGaugeMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
+  auto& loads_in_flight = registry.Gauge("kvpeer_peer_loads_in_flight", "Loads from the peer still owed a result.",
+                                         {"peer"});
+  auto& rounds_serving = registry.Gauge("kvpeer_peer_rounds_serving", "Fetch rounds of the peer being served.",
+                                        {"peer"});
+  auto& queue = registry.Gauge("kvpeer_peer_write_queue_frames",
+                               "Frames queued on the peer's connection and not yet written.", {"peer"});
+  auto& queue_bytes = registry.Gauge("kvpeer_peer_write_queue_bytes",
+                                     "Bytes of the frames queued on the peer's connection (max-queued-bytes applies).",
+                                     {"peer"});
+  auto& rtt = registry.Gauge("kvpeer_peer_rtt_seconds", "Last ping round trip to the peer.", {"peer"});
+  for (const PeerSnapshot& peer : peers) {
+    const std::string& id = peer.peer_id;
+    loads_in_flight.Set({id}, static_cast<double>(peer.loads_in_flight));
+    rounds_serving.Set({id}, static_cast<double>(peer.rounds_serving));
+    queue.Set({id}, static_cast<double>(peer.write_queue_frames));
+    queue_bytes.Set({id}, static_cast<double>(peer.queued_bytes));
+    if (peer.rtt) rtt.Set({id}, peer_histograms::Seconds(*peer.rtt));
+  }
+}
+
+void PeerMetricsText(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
+  PeerStateMetrics(registry, peers);
+  PeerTrafficMetrics(registry, peers);
+  PeerWorkMetrics(registry, peers);
+  PeerGaugeMetrics(registry, peers);
+}
+
+// Every declared counter, at 0 until counted (counters.h).
+void CounterMetrics(metrics::Registry& registry, const Counters& counters) {
+  for (const CounterFamilySpec& spec : kCounterFamilies) {
+    metrics::Family& family = registry.Counter(spec.metric, spec.help, {std::string(spec.label)});
+    const std::vector<std::string_view>& labels = CounterLabels(spec.id);
+    for (size_t i = 0; i < labels.size(); ++i) family.Add({labels[i]}, counters.Get(spec.id, i));
+  }
+  for (const CounterSpec& spec : kCounterSpecs) {
+    const std::string name(spec.name);
+    registry.Counter("kvpeer_" + name + "_total", "Control-side count of " + name + ".").Add({}, counters.Get(spec.id));
   }
 }
 
@@ -129,7 +142,7 @@ std::string FormatMetrics(const MetricsInput& input) {
         static_cast<double>(input.engine_loads_in_flight));
   gauge("kvpeer_engine_jobs_pending", "Engines' jobs whose result poll has not delivered yet.",
         static_cast<double>(input.engine_jobs_pending));
-  PeerStatusMetrics(registry, input.peers);
+  PeerMetricsText(registry, input.peers);
   if (input.counters != nullptr) CounterMetrics(registry, *input.counters);
   if (input.peer_service != nullptr) input.peer_service->CollectMetrics(registry);
   return registry.Text();

@@ -5,14 +5,13 @@
 // A fresh metrics::Registry is filled per call:
 //   * node: kvpeer_up, kvpeer_build_info, kvpeer_uptime_seconds;
 //   * control side: engines, control connections, published keys, pins,
-//     engine loads in flight and jobs awaiting poll; the control-side
-//     Counters, where op_<op> become kvpeer_control_requests_total{op},
-//     errors_<code> kvpeer_control_errors_total{code}, store_failures_<r>
-//     kvpeer_store_failures_total{reason} and any other name N
-//     kvpeer_N_total;
-//   * peers from their status objects: kvpeer_peers{state} and the
-//     per-peer bytes, loads in flight and rounds serving;
-//   * everything else of the peer side through PeerService::CollectMetrics.
+//     engine loads in flight and jobs awaiting poll; every declared
+//     Counter (counters.h), each family of kCounterFamilies one labelled
+//     family, each plain counter N kvpeer_N_total;
+//   * peers from their snapshots: kvpeer_peers{state} and every per-peer
+//     family (bytes, frames, lookups, loads, dials, queues, rtt);
+//   * the node-wide families of the peer side through
+//     PeerService::CollectMetrics.
 //
 // Thread-safety: none; called on the daemon's event loop.
 #pragma once
@@ -20,9 +19,10 @@
 #include <cstdint>
 #include <string>
 
-#include <boost/json/array.hpp>
+#include <vector>
 
 #include "daemon/counters.h"
+#include "daemon/peer_snapshot.h"
 
 namespace kvpeer::daemon {
 
@@ -36,7 +36,7 @@ struct MetricsInput {
   uint64_t pins = 0;
   size_t engine_loads_in_flight = 0;
   size_t engine_jobs_pending = 0;
-  boost::json::array peers;  // as PeerService::PeersStatus()
+  std::vector<PeerSnapshot> peers;  // as PeerService::PeerSnapshots()
   const Counters* counters = nullptr;
   const PeerService* peer_service = nullptr;  // adds its own families when set
 };

@@ -15,7 +15,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include "config/host_port.h"
+#include "base/host_port.h"
 #include "daemon/outgoing_frame.h"
 #include "daemon/shm_region.h"
 #include "protocol/frame.h"
@@ -45,18 +45,6 @@ uint64_t PayloadBytes(const session::OutFrame& frame) {
 
 }  // namespace
 
-ConnectionStats& ConnectionStats::operator+=(const ConnectionStats& other) {
-  for (size_t i = 0; i < kMessageKinds; ++i) {
-    frames_sent[i] += other.frames_sent[i];
-    frames_received[i] += other.frames_received[i];
-  }
-  lookup_keys_sent += other.lookup_keys_sent;
-  lookup_hits_received += other.lookup_hits_received;
-  lookup_keys_served += other.lookup_keys_served;
-  lookup_hits_served += other.lookup_hits_served;
-  return *this;
-}
-
 PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config, session::BlockIndex& index,
                                std::string expected_peer_id, ConnectionListener& listener)
     : stream_(std::move(stream)),
@@ -83,7 +71,7 @@ PeerConnection::~PeerConnection() = default;
 // Wire spec section 5, "With TLS": the certificate must name the host of
 // the peer_id the peer claims, whichever side dialled.
 std::optional<std::string> PeerConnection::CheckIdentity(const std::string& peer_id) const {
-  const std::optional<config::HostPort> claimed = config::ParseHostPort(peer_id);
+  const std::optional<HostPort> claimed = ParseHostPort(peer_id);
   if (!claimed) return "peer_id " + peer_id + " has no host";
   return stream_.IdentityMismatch(claimed->host);
 }
@@ -93,8 +81,7 @@ std::string PeerConnection::remote_address() const {
   boost::system::error_code ec;
   auto endpoint = socket_.remote_endpoint(ec);
   if (ec) return "unknown";
-  const std::string host = endpoint.address().to_string();
-  return (endpoint.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(endpoint.port());
+  return FormatHostPort({endpoint.address().to_string(), endpoint.port()});
 }
 
 void PeerConnection::StartAccepted() {
@@ -131,7 +118,7 @@ asio::awaitable<void> PeerConnection::AcceptTls() {
 void PeerConnection::StartDial(const std::string& host, const std::string& port, PeerResolver& resolver) {
   dialled_ = true;
   phase_.Enter(PeerPhase::kResolving);
-  remote_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;  // until connected
+  remote_ = BracketedHost(host) + ":" + port;  // until connected
   // Our connect waits in the queue until the socket is up; the handshake
   // deadline waits for the TCP connect (OnResolved).
   session_->StartAwaitingTransport();

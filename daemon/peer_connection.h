@@ -51,6 +51,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "daemon/block_staging.h"
+#include "daemon/connection_stats.h"
 #include "daemon/peer_phase.h"
 #include "daemon/peer_resolver.h"
 #include "daemon/peer_stream.h"
@@ -62,21 +63,6 @@ namespace kvpeer::daemon {
 
 class OutgoingFrame;
 class PeerConnection;
-
-// Traffic counters of one connection, for the metrics. Plain integers,
-// incremented per frame; summed per peer by the PeerManager.
-struct ConnectionStats {
-  // Indexed by the protocol::Message alternative (Unknown last).
-  static constexpr size_t kMessageKinds = std::variant_size_v<protocol::Message>;
-  std::array<uint64_t, kMessageKinds> frames_sent{};
-  std::array<uint64_t, kMessageKinds> frames_received{};
-  uint64_t lookup_keys_sent = 0;      // keys in our lookups
-  uint64_t lookup_hits_received = 0;  // hits in the peer's lookup_resps
-  uint64_t lookup_keys_served = 0;    // keys in the peer's lookups
-  uint64_t lookup_hits_served = 0;    // hits in our lookup_resps
-
-  ConnectionStats& operator+=(const ConnectionStats& other);
-};
 
 // What the connection tells its owner (the PeerManager).
 class ConnectionListener {

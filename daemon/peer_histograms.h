@@ -1,6 +1,6 @@
-// The bucket bounds of PeerManager's histograms, shared by its two halves
-// (peer_manager.cc builds the histograms, peer_manager_reporting.cc
-// describes them in the metrics).
+// The bucket bounds of PeerMetrics' histograms: the histograms are built
+// and declared in the metrics with the same bounds (Histogram::Merge
+// requires it).
 #pragma once
 
 #include <chrono>

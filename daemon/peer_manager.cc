@@ -9,8 +9,9 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "daemon/peer_histograms.h"
-#include "daemon/random_token.h"
+#include "base/host_port.h"
+#include "base/random_token.h"
+#include "daemon/node_epoch.h"
 #include "protocol/codec.h"
 #include "protocol/frame.h"
 #include "session/connection_arbiter.h"
@@ -37,17 +38,6 @@ bool IsResourceExhaustion(const boost::system::error_code& ec) {
          (ec.category() == boost::system::system_category() && ec.value() == ENFILE);
 }
 
-// "host:port" -> host, port; the port is whatever follows the last colon,
-// so "[::1]:5710" and "node-a:5710" both work.
-bool SplitPeer(const std::string& peer, std::string* host, std::string* port) {
-  auto colon = peer.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == peer.size()) return false;
-  *host = peer.substr(0, colon);
-  *port = peer.substr(colon + 1);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  return true;
-}
-
 }  // namespace
 
 PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeModel& model,
@@ -61,11 +51,7 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       acceptor_(io),
       resolver_(io.get_executor()),
       reap_timer_(io),
-      supply_timer_(io),
-      lookup_round_trip_(peer_histograms::kLookupRoundTrip),
-      load_seconds_succeeded_(peer_histograms::kLoadSeconds),
-      load_seconds_failed_(peer_histograms::kLoadSeconds),
-      load_bytes_(peer_histograms::kLoadBytes) {}
+      supply_timer_(io) {}
 
 PeerManager::~PeerManager() = default;
 
@@ -90,9 +76,7 @@ std::string PeerManager::listen_address() const {
   boost::system::error_code ec;
   auto endpoint = acceptor_.local_endpoint(ec);
   if (ec) return config_.listen_host + ":" + std::to_string(config_.listen_port);
-  std::string host = endpoint.address().to_string();
-  if (endpoint.address().is_v6()) host = "[" + host + "]";
-  return host + ":" + std::to_string(endpoint.port());
+  return FormatHostPort({endpoint.address().to_string(), endpoint.port()});
 }
 
 session::SessionConfig PeerManager::MakeSessionConfig() const {
@@ -114,7 +98,7 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.server.store_timeout = config_.unbound_timeout;
   session.server.max_round_key_bytes = config_.max_round_key_bytes;
   session.features = config_.features;
-  session.random_token = RandomNonce;
+  session.random_token = CsprngToken;
   return session;
 }
 
@@ -135,9 +119,9 @@ asio::awaitable<void> PeerManager::AcceptLoop() {
 }
 
 asio::awaitable<void> PeerManager::OnAcceptFailed(const boost::system::error_code& ec) {
-  ++accept_failures_;
+  const uint64_t accept_failures = metrics_.CountAcceptFailure();
   const auto now = std::chrono::steady_clock::now();
-  if (accept_failures_ == 1 || now - accept_failure_logged_ >= kAcceptLogInterval) {
+  if (accept_failures == 1 || now - accept_failure_logged_ >= kAcceptLogInterval) {
     spdlog::warn("peer accept failed: {} ({} more failures since the last such line)", ec.message(),
                  accept_failures_unlogged_);
     accept_failure_logged_ = now;
@@ -156,15 +140,15 @@ bool PeerManager::AdmitHandshake(const std::string& source) {
   const auto per_source = handshaking_per_source_.find(source);
   const size_t from_source = per_source == handshaking_per_source_.end() ? 0 : per_source->second;
   if (config_.max_handshaking != 0 && handshaking_.size() >= config_.max_handshaking) {
-    ++refused_max_handshaking_;
-    limits_.Hit(counters_, "limit_max_handshaking",
+    metrics_.CountRefused(ConnectionRefusal::kMaxHandshaking);
+    limits_.Hit(counters_, Counter::kLimitMaxHandshaking,
                 "closed peer connection from " + source + " before reading it: max-handshaking (" +
                     std::to_string(config_.max_handshaking) + ") connections are still in their handshake");
     return false;
   }
   if (config_.max_handshaking_per_source != 0 && from_source >= config_.max_handshaking_per_source) {
-    ++refused_max_handshaking_per_source_;
-    limits_.Hit(counters_, "limit_max_handshaking_per_source",
+    metrics_.CountRefused(ConnectionRefusal::kMaxHandshakingPerSource);
+    limits_.Hit(counters_, Counter::kLimitMaxHandshakingPerSource,
                 "closed peer connection from " + source + " before reading it: max-handshaking-per-source (" +
                     std::to_string(config_.max_handshaking_per_source) +
                     ") connections from that address are still in their handshake");
@@ -198,8 +182,8 @@ void PeerManager::OnAccepted(tcp::socket socket) {
   auto remote = socket.remote_endpoint(ec);
   if (ec) return;
   if (config_.allow_address && !config_.allow_address(remote.address())) {
-    ++refused_allowlist_;
-    if (counters_ != nullptr) counters_->Add("peer_connections_refused_allow_cidr");
+    metrics_.CountRefused(ConnectionRefusal::kAllowCidr);
+    if (counters_ != nullptr) counters_->Add(Counter::kPeerConnectionsRefusedAllowCidr);
     spdlog::warn("refused peer connection from {}: address not in allow-cidr", remote.address().to_string());
     return;  // closed before a byte is read
   }
@@ -217,7 +201,7 @@ void PeerManager::OnAccepted(tcp::socket socket) {
       socket.non_blocking(true, ec);
       socket.write_some(asio::buffer(bytes), ec);
     }
-    ++refused_unavailable_;
+    metrics_.CountRefused(ConnectionRefusal::kUnavailable);
     spdlog::info("refused peer connection from {}: {}", remote.address().to_string(), reason);
     return;
   }
@@ -239,8 +223,7 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) 
     *error = Status::ShuttingDown("kvpeerd is shutting down");
     return nullptr;
   }
-  std::string host, port;
-  if (!SplitPeer(peer, &host, &port)) {
+  if (!SplitHostPort(peer)) {
     *error = Status::Invalid("peer '" + peer + "' is not HOST:PORT");
     return nullptr;
   }
@@ -258,7 +241,7 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) 
                             ") reached: not dialling peer " + peer + " while " +
                             std::to_string(LivePeerCount()) + " peer sessions are open";
     if (!known) peers_.erase(peer);  // a peer never dialled is not listed
-    limits_.Hit(counters_, "limit_max_peers", why);
+    limits_.Hit(counters_, Counter::kLimitMaxPeers, why);
     *error = Status::Unavailable(why);
     return nullptr;
   }
@@ -267,16 +250,15 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) 
 }
 
 void PeerManager::Dial(const std::string& peer, Peer& entry) {
-  std::string host, port;
-  SplitPeer(peer, &host, &port);
+  const std::optional<HostPort> address = SplitHostPort(peer);  // SessionFor checked it
   ConnectionListener& listener = *this;
   entry.connection =
       std::make_shared<PeerConnection>(MakeStream(tcp::socket(io_)), MakeSessionConfig(), index_, peer, listener);
   ApplyConnectionLimits(*entry.connection);
   SetState(entry, PeerState::kConnecting);
-  ++entry.dials;
+  ++entry.counters.dials;
   spdlog::info("peer {}: dialling", peer);
-  entry.connection->StartDial(host, port, resolver_);
+  entry.connection->StartDial(address->host, std::to_string(address->port), resolver_);
 }
 
 PeerStream PeerManager::MakeStream(tcp::socket socket) const {
@@ -296,8 +278,7 @@ size_t PeerManager::LivePeerCount() const {
 
 void PeerManager::OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
                              const std::string& detail) {
-  std::string counter = "limit_" + std::string(limit);
-  std::replace(counter.begin(), counter.end(), '-', '_');
+  const Counter counter = LimitCounter(limit);
   if (counters_ != nullptr && count > 1) counters_->Add(counter, count - 1);  // Hit counts one
   const std::string& peer = connection.session().peer_id();
   limits_.Hit(counters_, counter,
@@ -332,7 +313,7 @@ void PeerManager::OnSessionActivity(PeerConnection& connection, session::PeerSes
     SetState(entry, PeerState::kReady);
     entry.backoff = std::chrono::milliseconds(0);
     entry.last_error.reset();
-    ++entry.sessions_ready;
+    ++entry.counters.sessions_ready;
     spdlog::info("peer {} ({}): ready ({} connection)", it->first, connection.remote_address(),
                  connection.dialled() ? "dialled" : "accepted");
     for (auto& done : std::exchange(entry.connect_waiters, {})) done(Status::Ok());
@@ -349,7 +330,7 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   auto known = peers_.find(peer);
   const bool live = known != peers_.end() && known->second.connection && !known->second.connection->closed();
   if (!live && AtPeerLimit()) {
-    limits_.Hit(counters_, "limit_max_peers",
+    limits_.Hit(counters_, Counter::kLimitMaxPeers,
                 "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
                     std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
     connection.Close(session::CloseCause::kTooManyPeers, "too many peers");
@@ -386,10 +367,10 @@ void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSessio
   const std::string& peer = connection.session().peer_id();
   if (!results.loads.empty()) {
     auto it = peers_.find(peer);
-    Peer* entry = it == peers_.end() ? nullptr : &it->second;
-    for (const auto& load : results.loads) RecordLoadResult(entry, peer, load);
+    PeerCounters* counters = it == peers_.end() ? nullptr : &it->second.counters;
+    for (const auto& load : results.loads) metrics_.RecordLoadResult(counters, peer, load);
   }
-  for (const auto& failure : results.checksum_failures) RecordChecksumFailure(peer, failure);
+  for (const auto& failure : results.checksum_failures) metrics_.RecordChecksumFailure(peer, failure);
   for (const auto& load : results.loads) results_.OnLoadResult(load);
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
@@ -403,8 +384,8 @@ void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSessio
 void PeerManager::CountRoundEvents(PeerConnection& connection, const session::RoundEvents& events) {
   if (events.empty()) return;
   if (counters_ != nullptr) {
-    if (events.lookup_rounds_expired > 0) counters_->Add("rounds_expired_lookup", events.lookup_rounds_expired);
-    if (events.fetches_unsupplied > 0) counters_->Add("rounds_expired_unsupplied", events.fetches_unsupplied);
+    if (events.lookup_rounds_expired > 0) counters_->Add(Counter::kRoundsExpiredLookup, events.lookup_rounds_expired);
+    if (events.fetches_unsupplied > 0) counters_->Add(Counter::kRoundsExpiredUnsupplied, events.fetches_unsupplied);
   }
   if (events.lookups_over_key_bytes > 0) {
     OnLimitHit(connection, "max-round-key-bytes", events.lookups_over_key_bytes, "answered a lookup all-miss");
@@ -417,15 +398,15 @@ void PeerManager::CountRoundEvents(PeerConnection& connection, const session::Ro
 void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   auto self = connection.shared_from_this();
   const bool never_adopted = ForgetHandshaking(self);
-  RecordClose(connection);
-  CountAuthFailure(connection);
+  metrics_.RecordClose(connection);
+  metrics_.CountAuthFailure(connection);
   if (never_adopted) return;  // it never had a peer entry
   auto it = peers_.find(connection.session().peer_id());
   if (it == peers_.end() || it->second.connection != self) return;
   Peer& entry = it->second;
-  entry.bytes_sent_closed += connection.bytes_sent();
-  entry.bytes_received_closed += connection.bytes_received();
-  entry.stats_closed += connection.stats();
+  entry.counters.bytes_sent += connection.bytes_sent();
+  entry.counters.bytes_received += connection.bytes_received();
+  entry.counters.stats += connection.stats();
   entry.last_error = connection.session().close_reason();
   bool never_ready = entry.state == PeerState::kConnecting || entry.state == PeerState::kHandshaking;
   entry.connection.reset();
@@ -468,7 +449,7 @@ Status PeerManager::Lookup(const std::string& peer, const std::string& kv_reques
                               ") reached: kv_request_id '" + kv_request_id + "' would hold " +
                               std::to_string(probes) + " distinct probes on peer " + peer +
                               "; load or finish the request first, or raise --max-pending-lookups";
-      limits_.Hit(counters_, "limit_max_pending_lookups", why);
+      limits_.Hit(counters_, Counter::kLimitMaxPendingLookups, why);
       return Status::Invalid(why);
     }
   }
@@ -495,15 +476,15 @@ Status PeerManager::Load(session::JobId job_id, const std::string& peer, const s
   PeerConnection* connection = SessionFor(peer, &error);
   if (connection == nullptr) {
     if (!error.ok() && error.code() == Status::Code::kUnavailable) {
-      if (auto it = peers_.find(peer); it != peers_.end()) ++it->second.loads_rejected;
+      if (auto it = peers_.find(peer); it != peers_.end()) ++it->second.counters.loads_rejected;
     }
     return error;
   }
-  const LoadStart start{std::chrono::steady_clock::now(), keys.size() * model_.settings().block_len};
+  const uint64_t load_bytes = keys.size() * model_.settings().block_len;
   // The start is noted before the after-step, which may already report the load's result.
   Status status = connection->WithSession([&](session::PeerSession& session) {
     Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
-    if (requested.ok()) load_starts_[job_id] = start;
+    if (requested.ok()) metrics_.RecordLoadStart(job_id, load_bytes);
     return requested;
   });
   // Any failure but the caller's own request means the peer cannot serve it.
@@ -658,13 +639,29 @@ void PeerManager::ReapIdlePeers() {
     if (idle && now - entry.idle_since >= config_.reap_after) {
       spdlog::debug("peer {}: entry removed after {} s without a connection", it->first,
                     std::chrono::duration_cast<std::chrono::seconds>(now - entry.idle_since).count());
-      ++peers_reaped_;
+      metrics_.CountReaped();
       it = peers_.erase(it);
     } else {
       ++it;
     }
   }
   ScheduleReap();
+}
+
+void PeerManager::OnLookupAnswered(session::Duration round_trip) { metrics_.RecordLookupRoundTrip(round_trip); }
+
+std::vector<PeerSnapshot> PeerManager::PeerSnapshots() const {
+  std::vector<PeerSnapshot> snapshots;
+  snapshots.reserve(peers_.size());
+  for (const auto& [peer_id, entry] : peers_) {
+    snapshots.push_back(
+        metrics_.Snapshot(peer_id, entry.state, entry.since, entry.last_error, entry.counters, entry.connection.get()));
+  }
+  return snapshots;
+}
+
+void PeerManager::CollectMetrics(metrics::Registry& registry) const {
+  metrics_.CollectMetrics(registry, Handshaking(), unbound_supply_.size());
 }
 
 }  // namespace kvpeer::daemon

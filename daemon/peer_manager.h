@@ -4,7 +4,7 @@
 // ArbitrateConnections once a connection is authenticated), routes engines' work to the right session, binds
 // store supply to the session whose peer fetches it, and hands every result
 // back through the ResultSink. What it reports (close and load logs and
-// counters, status, metrics) lives in peer_manager_reporting.cc.
+// counters, status, metrics) its PeerMetrics records (peer_metrics.h).
 //
 // Nothing before authentication (wire spec section 4, item 6): an accepted
 // connection is held apart, in handshaking_, until its session is ready;
@@ -17,14 +17,12 @@
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -34,12 +32,12 @@
 #include "base/status_or.h"
 #include "daemon/counters.h"
 #include "daemon/limit_reporter.h"
-#include "daemon/metrics.h"
 #include "daemon/node_model.h"
 #include "daemon/peer_connection.h"
+#include "daemon/peer_metrics.h"
 #include "daemon/peer_resolver.h"
 #include "daemon/peer_service.h"
-#include "daemon/reason_labels.h"
+#include "daemon/peer_snapshot.h"
 #include "protocol/features.h"
 #include "session/unbound_supply.h"
 
@@ -102,9 +100,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   // status.counters); null = not counted. Must outlive the manager.
   void set_counters(Counters* counters) {
     counters_ = counters;
-    // Shown from the start, so a first failure is a rise an alert can see
-    // (docs/operations.md section 7, "When checksum_failures rises").
-    if (counters_ != nullptr) counters_->Add("checksum_failures", 0);
+    metrics_.set_counters(counters);
   }
   // Peer connections made from now on use TLS with this context.
   void set_tls(std::shared_ptr<boost::asio::ssl::context> tls) { config_.tls = std::move(tls); }
@@ -131,7 +127,7 @@ class PeerManager : public PeerService, private ConnectionListener {
               bool producer) override;
   void Connect(const std::string& peer, std::function<void(Status)> done) override;
   Status Disconnect(const std::string& peer) override;
-  boost::json::array PeersStatus() const override;
+  std::vector<PeerSnapshot> PeerSnapshots() const override;
   void CollectMetrics(metrics::Registry& registry) const override;
 
   size_t LoadsInFlight() const;
@@ -140,7 +136,6 @@ class PeerManager : public PeerService, private ConnectionListener {
   size_t Handshaking() const override;
 
  private:
-  enum class PeerState { kConnecting, kHandshaking, kReady, kBackoff, kClosed };
   struct Peer {
     PeerState state = PeerState::kClosed;
     std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
@@ -149,22 +144,12 @@ class PeerManager : public PeerService, private ConnectionListener {
     std::chrono::steady_clock::time_point backoff_until;
     std::optional<std::string> last_error;
     std::vector<std::function<void(Status)>> connect_waiters;
-    uint64_t bytes_sent_closed = 0;      // of connections already gone
-    uint64_t bytes_received_closed = 0;
-    ConnectionStats stats_closed;        // likewise
-    uint64_t dials = 0;
-    uint64_t sessions_ready = 0;         // sessions that completed the handshake
-    uint64_t loads_succeeded = 0;
-    std::array<uint64_t, kLoadFailureLabels.size()> loads_failed{};
-    uint64_t loads_rejected = 0;         // refused at once: peer unavailable
+    // Bytes and stats of connections already gone (the live one's are
+    // added by PeerMetrics::Snapshot), and the entry's dials and loads.
+    PeerCounters counters;
     // When the last connection ended; the entry is reaped reap_after later
     // unless a connection or a waiter comes first.
     std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
-  };
-  // A load sent and not yet ended, for its latency and transfer size.
-  struct LoadStart {
-    std::chrono::steady_clock::time_point at;
-    uint64_t bytes = 0;
   };
 
   // ConnectionListener
@@ -174,11 +159,6 @@ class PeerManager : public PeerService, private ConnectionListener {
   void OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
                   const std::string& detail) override;
 
-  // Counts and logs (one line) the end of any connection.
-  void RecordClose(const PeerConnection& connection);
-  void CountAuthFailure(const PeerConnection& connection);
-  void RecordLoadResult(Peer* entry, const std::string& peer, const session::JobResult& result);
-  void RecordChecksumFailure(const std::string& peer, const session::ChecksumFailure& failure);
 
   boost::asio::awaitable<void> AcceptLoop();
   // Logs a failed accept (at most once a second) and, when the process or
@@ -244,22 +224,9 @@ class PeerManager : public PeerService, private ConnectionListener {
   bool shutting_down_ = false;
   Counters* counters_ = nullptr;
   LimitReporter limits_;
-
-  // Node-wide metrics (per-peer ones live in Peer).
-  std::array<uint64_t, kHandshakeFailureLabels.size()> handshake_failures_{};
-  std::array<uint64_t, kSessionCloseLabels.size()> sessions_closed_{};
-  std::map<std::string, uint64_t> violations_;  // by label; rare and few
-  uint64_t refused_allowlist_ = 0;
-  uint64_t refused_unavailable_ = 0;  // shutting down or node not configured
-  uint64_t refused_max_handshaking_ = 0;
-  uint64_t refused_max_handshaking_per_source_ = 0;
-  uint64_t accept_failures_ = 0;
-  uint64_t peers_reaped_ = 0;
-  std::unordered_map<session::JobId, LoadStart> load_starts_;
-  metrics::Histogram lookup_round_trip_;
-  metrics::Histogram load_seconds_succeeded_;
-  metrics::Histogram load_seconds_failed_;
-  metrics::Histogram load_bytes_;
+  // Node-wide counts, histograms and the close and load log lines
+  // (per-peer counts live in Peer::counters).
+  PeerMetrics metrics_;
 };
 
 }  // namespace kvpeer::daemon

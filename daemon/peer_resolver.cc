@@ -17,6 +17,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/host_port.h"
+
 namespace kvpeer::daemon {
 
 namespace asio = boost::asio;
@@ -227,9 +229,9 @@ std::unique_ptr<PeerResolver::Lookup> PeerResolver::Core::Resolve(const std::str
     ResolveOutcome outcome;
     outcome.endpoints.emplace_back(literal, port);
     AnswerSoon(waiter, std::move(outcome));
-  } else if (host.empty() || host.size() > kMaxNameLength) {
+  } else if (host.empty() || host.size() > kMaxHostnameChars) {
     AnswerSoon(waiter, Failed(host.substr(0, 64) + (host.size() > 64 ? "..." : ""), ResolveFailure::kBadName,
-                              "refused: a host name has 1 to " + std::to_string(kMaxNameLength) +
+                              "refused: a host name has 1 to " + std::to_string(kMaxHostnameChars) +
                                   " characters, this one has " + std::to_string(host.size())));
   } else if (const Cached* cached = FindFresh(host)) {
     AnswerSoon(waiter, OutcomeFor(*waiter, cached->answer));

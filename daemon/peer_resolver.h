@@ -107,8 +107,6 @@ class PeerResolver {
   size_t in_flight() const;
   size_t waiting() const;
 
-  static constexpr size_t kMaxNameLength = 253;
-
   // The implementation (peer_resolver.cc): the executor's side and the threads' side.
   struct Core;
   struct Pool;

@@ -13,9 +13,8 @@
 #include <string>
 #include <vector>
 
-#include <boost/json/array.hpp>
-
 #include "daemon/api_error.h"
+#include "daemon/peer_snapshot.h"
 #include "protocol/messages.h"
 #include "session/client_role.h"
 #include "session/session_types.h"
@@ -71,11 +70,12 @@ class PeerService {
   // failed (peer_unavailable), at most the handshake timeout later.
   virtual void Connect(const std::string& peer, std::function<void(Status)> done) = 0;
   virtual Status Disconnect(const std::string& peer) = 0;
-  // One object per peer, fields as docs/control-api.md `status.peers`.
-  virtual boost::json::array PeersStatus() const = 0;
+  // One snapshot per peer entry (`status.peers` and the per-peer metrics
+  // are rendered from them).
+  virtual std::vector<PeerSnapshot> PeerSnapshots() const = 0;
   // Peer connections not ready yet (control-api.md `status.handshaking`).
   virtual size_t Handshaking() const { return 0; }
-  // Adds the peer side's metric families (beyond what PeersStatus shows)
+  // Adds the peer side's node-wide metric families (beyond the snapshots)
   // to a scrape's registry; see docs/operations.md for the names.
   virtual void CollectMetrics(metrics::Registry& registry) const { (void)registry; }
 };

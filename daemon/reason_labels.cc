@@ -58,6 +58,7 @@ size_t HandshakeFailureLabel(CloseCause cause, PeerDisconnectReason peer_reason)
     // failures) and failures of our own making.
     case CloseCause::kOpen:
     case CloseCause::kLocalError:
+    case CloseCause::kNoRandomToken:
     case CloseCause::kOperator:
     case CloseCause::kShutdown:
     case CloseCause::kDuplicate:
@@ -93,6 +94,7 @@ size_t SessionCloseLabel(CloseCause cause) {
     case CloseCause::kPeerId:
     case CloseCause::kSelfConnection:
     case CloseCause::kLocalError:
+    case CloseCause::kNoRandomToken:
     case CloseCause::kHandshakeTimeout:
     case CloseCause::kConnectFailed:
     case CloseCause::kTls:

@@ -46,6 +46,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include "base/hex.h"
 #include "daemon/api_error.h"
 #include "daemon/control_ops.h"
 #include "daemon/json_request.h"
@@ -262,7 +263,7 @@ void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields
     Check(f.keys.size() == items.size() && f.keys.size() >= min_items && f.keys.size() <= kMaxListItems);
     for (size_t i = 0; i < f.keys.size(); ++i) {
       Check(!f.keys[i].empty() && f.keys[i].size() <= kMaxKeyBytes);
-      Check(kvpeer::protocol::ToHex(f.keys[i]) == std::string_view(items[i].as_string()));
+      Check(kvpeer::ToHex(f.keys[i]) == std::string_view(items[i].as_string()));
     }
   }
   if (has_ids) {

@@ -10,6 +10,7 @@
 #include <boost/json/parser.hpp>
 #include <boost/json/serialize.hpp>
 
+#include "base/hex.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
 #include "protocol/type_names.h"
@@ -338,41 +339,11 @@ Status DecodeHeader(std::string_view header_json, uint64_t payload_len,
   return Status::Ok();
 }
 
-std::string ToHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.resize(bytes.size() * 2);
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(bytes[i]);
-    hex[2 * i] = kDigits[byte >> 4];
-    hex[2 * i + 1] = kDigits[byte & 0x0F];
-  }
-  return hex;
-}
-
 std::string ChecksumHex(uint64_t checksum) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex(kChecksumHexDigits, '0');
-  for (size_t i = kChecksumHexDigits; i-- > 0; checksum >>= 4) hex[i] = kDigits[checksum & 0x0F];
+  static_assert(kChecksumHexDigits == 2 * sizeof checksum);
+  std::string hex;
+  for (int shift = 56; shift >= 0; shift -= 8) AppendHexByte(static_cast<unsigned char>(checksum >> shift), &hex);
   return hex;
-}
-
-bool DecodeHex(std::string_view hex, std::string* bytes) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;  // uppercase is rejected too: the wire form is canonical
-  };
-  if (hex.size() % 2 != 0) return false;
-  std::string decoded(hex.size() / 2, '\0');
-  for (size_t i = 0; i < decoded.size(); ++i) {
-    const int high = nibble(hex[2 * i]);
-    const int low = nibble(hex[2 * i + 1]);
-    if (high < 0 || low < 0) return false;
-    decoded[i] = static_cast<char>((high << 4) | low);
-  }
-  *bytes = std::move(decoded);
-  return true;
 }
 
 }  // namespace kvpeer::protocol

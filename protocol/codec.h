@@ -35,11 +35,6 @@ struct DecodeContext {
 Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context,
                     Message* out);
 
-// Hex helpers for keys and tokens. DecodeHex accepts only lowercase,
-// even-length input.
-std::string ToHex(std::string_view bytes);
-bool DecodeHex(std::string_view hex, std::string* bytes);
-
 // A block checksum as block_data.xxh3 carries it: 16 lowercase hex digits,
 // leading zeros kept (spec section 7).
 std::string ChecksumHex(uint64_t checksum);

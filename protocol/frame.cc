@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/hex.h"
 #include "protocol/codec.h"
 
 namespace kvpeer::protocol {
@@ -22,13 +23,7 @@ uint64_t GetBigEndian(const uint8_t* in, size_t width) {
 // The magic is shown as hex: a wrong peer (HTTP, TLS, an older version) is
 // recognisable from it, and arbitrary bytes must not reach a log line raw.
 std::string MagicHex(const uint8_t* bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (size_t i = 0; i < sizeof(kMagic); ++i) {
-    hex += kDigits[bytes[i] >> 4];
-    hex += kDigits[bytes[i] & 0xf];
-  }
-  return hex;
+  return ToHex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof(kMagic)));
 }
 
 }  // namespace

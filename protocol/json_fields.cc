@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/hex.h"
 #include "protocol/codec.h"
 #include "protocol/peer_id.h"
 

@@ -1,10 +1,8 @@
 #include "protocol/peer_id.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
-#include <array>
 
+#include "base/host_port.h"
 #include "protocol/limits.h"
 
 namespace kvpeer::protocol {
@@ -16,17 +14,13 @@ bool IsDnsChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
 }
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
 // An IPv4 literal consists of digits and dots, so the DNS-name character
 // set already admits it; only a bracketed host needs its own parse.
 std::optional<std::string> HostError(std::string_view host) {
   if (host.empty()) return std::string(kShape) + "; HOST is empty";
   if (host.front() == '[') {
     if (host.size() < 3 || host.back() != ']') return std::string(kShape) + "; an IPv6 HOST needs both brackets";
-    const std::string inner(host.substr(1, host.size() - 2));
-    std::array<unsigned char, 16> bytes{};
-    if (inet_pton(AF_INET6, inner.c_str(), bytes.data()) != 1) {
+    if (!IsIpv6Address(host.substr(1, host.size() - 2))) {
       return std::string(kShape) + "; the bracketed HOST is not an IPv6 address";
     }
     return std::nullopt;
@@ -39,11 +33,8 @@ std::optional<std::string> HostError(std::string_view host) {
 
 std::optional<std::string> PortError(std::string_view port) {
   const std::string rule = std::string(kShape) + "; PORT must be decimal 1 ..= 65535 without leading zeros";
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), IsDigit)) return rule;
+  if (port.size() > 5 || !ParsePort(port)) return rule;
   if (port.front() == '0') return rule;  // "0" itself is out of range too
-  unsigned value = 0;
-  for (char c : port) value = value * 10 + static_cast<unsigned>(c - '0');
-  if (value > 65535) return rule;
   return std::nullopt;
 }
 
@@ -55,10 +46,10 @@ std::optional<std::string> PeerIdSyntaxError(std::string_view text) {
   }
   // The last ':' separates the port: an IPv6 host is bracketed, so its own
   // colons all come before it.
-  const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos) return std::string(kShape) + "; there is no ':'";
-  if (std::optional<std::string> host = HostError(text.substr(0, colon))) return host;
-  return PortError(text.substr(colon + 1));
+  const std::optional<HostPortText> parts = SplitAtLastColon(text);
+  if (!parts) return std::string(kShape) + "; there is no ':'";
+  if (std::optional<std::string> host = HostError(parts->host)) return host;
+  return PortError(parts->port);
 }
 
 }  // namespace kvpeer::protocol

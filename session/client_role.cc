@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "base/hex.h"
 #include "protocol/codec.h"
 #include "protocol/limits.h"
 #include "session/client_load_slots.h"
@@ -34,15 +35,9 @@ std::string FormatDuration(Duration d) {
 
 // Enough of a key to find it in a log, never the whole 4 KiB.
 std::string HexPrefix(const Key& key) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  const size_t shown = std::min<size_t>(key.size(), 8);
-  std::string out;
-  for (size_t i = 0; i < shown; ++i) {
-    const auto byte = static_cast<uint8_t>(key[i]);
-    out += kDigits[byte >> 4];
-    out += kDigits[byte & 0xf];
-  }
-  if (key.size() > shown) out += "...";
+  constexpr size_t kShownBytes = 8;
+  std::string out = ToHex(std::string_view(key).substr(0, kShownBytes));
+  if (key.size() > kShownBytes) out += "...";
   return out;
 }
 

@@ -25,6 +25,9 @@ enum class CloseCause {
   // A session operation failed with a status other than a violation (a
   // call this node should not have made).
   kLocalError,
+  // The injected token source gave no nonce (base/random_token.h): the
+  // session cannot prove or check freshness, so it ends.
+  kNoRandomToken,
   // Timers (docs/wire-protocol.md, "Handshake", items 7 and 8).
   kHandshakeTimeout,
   kPeerSilent,  // nothing received, or nothing written, for the liveness timeout

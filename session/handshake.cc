@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/utf8.h"
 #include "protocol/limits.h"
 #include "session/peer_disconnect_reason.h"
 #include "session/psk_proof.h"
@@ -16,13 +17,7 @@ namespace {
 constexpr size_t kMaxQuotedBytes = 256;
 
 std::string Quote(const std::string& value) {
-  std::string shown = value;
-  if (shown.size() > kMaxQuotedBytes) {
-    size_t cut = kMaxQuotedBytes;
-    // Never split a UTF-8 sequence: back up over continuation bytes.
-    while (cut > 0 && (static_cast<unsigned char>(shown[cut]) & 0xC0) == 0x80) --cut;
-    shown = shown.substr(0, cut) + "...";
-  }
+  const std::string shown = value.size() > kMaxQuotedBytes ? Utf8Prefix(value, kMaxQuotedBytes) + "..." : value;
   return "\"" + shown + "\"";
 }
 

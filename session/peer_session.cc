@@ -1,15 +1,15 @@
 #include "protocol/features.h"
 #include "session/peer_session.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 #include <deque>
 #include <iterator>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
+#include "base/utf8.h"
 #include "protocol/codec.h"
 #include "protocol/limits.h"
 #include "session/handshake.h"
@@ -23,23 +23,15 @@ namespace {
 // message may quote peer input of any length.
 std::string CapReason(const std::string& reason) {
   if (reason.size() <= protocol::kMaxStringChars) return reason;
-  size_t cut = protocol::kMaxStringChars - 3;
-  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xC0) == 0x80) --cut;
-  return reason.substr(0, cut) + "...";
+  return Utf8Prefix(reason, protocol::kMaxStringChars - 3) + "...";
 }
+
+constexpr char kNoNonce[] = "no random nonce: the token source failed";
 
 std::string FormatDuration(Duration d) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
   if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
   return std::to_string(ms) + " ms";
-}
-
-// Used when the config brings no token source: nonces must be unpredictable,
-// so they come from OpenSSL's CSPRNG.
-std::string RandomToken() {
-  unsigned char bytes[protocol::kTokenHexDigits / 2];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) std::fill(std::begin(bytes), std::end(bytes), 0x5a);
-  return protocol::ToHex(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
 }
 
 template <typename T>
@@ -70,7 +62,9 @@ struct PeerSession::Impl {
         expected_peer_id(std::move(expected)),
         handshake(ToHandshakeSettings(config, expected_peer_id)),
         peer_id(expected_peer_id) {
-    if (!config.random_token) config.random_token = RandomToken;
+    // A session has no fallback of its own: a predictable nonce would void
+    // the PSK handshake, so its owner chooses the source.
+    if (!config.random_token) throw std::logic_error("SessionConfig::random_token is required");
     const std::string label = expected_peer_id.empty() ? "(accepted connection)" : expected_peer_id;
     ServerConfig server_config = config.server;
     server_config.block_len = config.block_len;
@@ -148,7 +142,12 @@ void PeerSession::Impl::Start() {
   started_at = now;
   last_receive = now;
   // connect bypasses the gate: it is what opens the gate.
-  DirectSend(protocol::Message(handshake.MakeConnect(config.random_token())));
+  std::optional<std::string> nonce = config.random_token();
+  if (!nonce) {
+    Close(CloseCause::kNoRandomToken, kNoNonce, /*notify_peer=*/false);  // nothing sent yet: the peer learns of it as a closed connection
+    return;
+  }
+  DirectSend(protocol::Message(handshake.MakeConnect(std::move(*nonce))));
 }
 
 void PeerSession::Impl::TransportUp() {
@@ -335,6 +334,10 @@ void PeerSession::Impl::OnTick() {
   }
   if (now - last_send >= config.ping_interval) {
     ping_nonce = config.random_token();
+    if (!ping_nonce) {
+      Close(CloseCause::kNoRandomToken, kNoNonce, /*notify_peer=*/true);
+      return;
+    }
     ping_sent_at = now;
     DirectSend(protocol::Message(protocol::Ping{*ping_nonce}));
   }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
+#include "base/random_token.h"
 #include "base/status.h"
 #include "session/client_role.h"
 #include "session/close_cause.h"
@@ -71,8 +72,10 @@ struct SessionConfig {
   Duration liveness_timeout = std::chrono::seconds(10);
   ClientConfig client;
   ServerConfig server;  // server.block_len is taken from block_len
-  // Returns 16 fresh random bytes as 32 lowercase hex digits (nonces).
-  std::function<std::string()> random_token;
+  // REQUIRED (the constructor throws std::logic_error without it): fresh
+  // nonces, 16 random bytes as 32 lowercase hex digits (base/random_token.h).
+  // When it fails the session closes instead of sending a predictable one.
+  TokenSource random_token;
 };
 
 // Everything finished since the last TakeResults().

@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "protocol/codec.h"
+#include "base/hex.h"
 
 namespace kvpeer::session {
 
@@ -37,7 +37,7 @@ std::string PskProof(std::string_view psk, const ProofInput& input) {
            message.size(), mac, &mac_len) == nullptr) {
     return {};
   }
-  return protocol::ToHex(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
+  return ToHex(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
 }
 
 bool ProofsEqual(std::string_view expected, std::string_view received) {

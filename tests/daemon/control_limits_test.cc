@@ -41,7 +41,7 @@ TEST_CASE("a connection beyond --max-control-connections gets one conflict line 
              Catch::Contains("max-control-connections (2) reached"));
   CHECK(third.WaitClosed());
   CHECK(daemon.server().connection_count() == 2);
-  CHECK(daemon.registry().counters().values().at("limit_max_control_connections") == 1);
+  CHECK(daemon.registry().counters().Get(Counter::kLimitMaxControlConnections) == 1);
 
   // The connections in use are unaffected.
   CHECK(first.Call({{"op", "status"}}).at("ok") == true);

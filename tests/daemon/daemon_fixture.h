@@ -150,10 +150,13 @@ class FakePeers : public PeerService {
     disconnects.push_back(peer);
     return disconnect_status;
   }
-  json::array PeersStatus() const override {
-    json::object peer{{"peer_id", "node-b:5710"}, {"state", "ready"}, {"bytes_sent", 10}, {"bytes_received", 20},
-                      {"loads_in_flight", 0}, {"rounds_serving", 0}};
-    return json::array{peer};
+  std::vector<PeerSnapshot> PeerSnapshots() const override {
+    PeerSnapshot peer;
+    peer.peer_id = "node-b:5710";
+    peer.state = PeerState::kReady;
+    peer.counters.bytes_sent = 10;
+    peer.counters.bytes_received = 20;
+    return {peer};
   }
 
   // Ends a recorded load with `success`.

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,7 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/api_error.h"
 #include "daemon/block_index.h"
 #include "daemon/counters.h"
 #include "daemon/metrics.h"
@@ -214,26 +216,30 @@ TEST_CASE("the strict checker itself refuses malformed expositions") {
 
 TEST_CASE("the metrics text of the control side is well formed, with labelled control counters") {
   Counters counters;
-  counters.Add("requests", 7);
-  counters.Add("op_status", 3);
-  counters.Add("op_unknown", 1);
-  counters.Add("errors_unknown_op", 1);
-  counters.Add("store_failures_timeout", 2);
-  counters.Add("store_results_failed", 2);
-  counters.Add("config_reloads", 1);
+  counters.Add(Counter::kRequests, 7);
+  counters.Add(CounterFamily::kControlRequests, ControlRequestLabel("status"), 3);
+  counters.Add(CounterFamily::kControlRequests, ControlRequestLabel("no_such_op"), 1);
+  counters.Add(CounterFamily::kControlErrors, ApiErrorIndex(Status::UnknownOp("x")), 1);
+  counters.Add(CounterFamily::kStoreFailures, StoreFailureLabel(session::JobFailure::kTimeout), 2);
+  counters.Add(Counter::kStoreResultsFailed, 2);
+  counters.Add(Counter::kConfigReloads, 1);
   MetricsInput input;
   input.uptime_s = 12;
   input.engines = 2;
   input.published_keys = 10;
   input.pins = 4;
   input.counters = &counters;
-  input.peers.push_back(json::object{{"peer_id", "node-b:5710"},
-                                     {"state", "ready"},
-                                     {"bytes_sent", 10},
-                                     {"bytes_received", 20},
-                                     {"loads_in_flight", 1},
-                                     {"rounds_serving", 0}});
-  input.peers.push_back(json::object{{"peer_id", "we\"ird\\peer\n:1"}, {"state", "backoff"}});
+  PeerSnapshot ready;
+  ready.peer_id = "node-b:5710";
+  ready.state = PeerState::kReady;
+  ready.counters.bytes_sent = 10;
+  ready.counters.bytes_received = 20;
+  ready.loads_in_flight = 1;
+  input.peers.push_back(ready);
+  PeerSnapshot backoff;
+  backoff.peer_id = "we\"ird\\peer\n:1";
+  backoff.state = PeerState::kBackoff;
+  input.peers.push_back(backoff);
   std::vector<ParsedSample> samples;
   RequireWellFormed(FormatMetrics(input), &samples);
   CHECK(SampleValue(samples, "kvpeer_up") == 1);
@@ -252,6 +258,33 @@ TEST_CASE("the metrics text of the control side is well formed, with labelled co
   CHECK(SampleValue(samples, "kvpeer_config_reloads_total") == 1);
   CHECK(SampleValue(samples, "kvpeer_requests_total") == 7);
   CHECK_FALSE(SampleValue(samples, "kvpeer_op_status_total").has_value());
+}
+
+TEST_CASE("every declared counter is in status and the metrics at 0 before it is first counted") {
+  const Counters counters;
+  const std::map<std::string, uint64_t> named = counters.ByName();
+  for (const CounterSpec& spec : kCounterSpecs) CHECK(named.at(std::string(spec.name)) == 0);
+  CHECK(named.at("op_status") == 0);
+  CHECK(named.at("op_unknown") == 0);
+  CHECK(named.at("errors_peer_unavailable") == 0);
+  CHECK(named.at("store_failures_unfetched") == 0);
+  MetricsInput input;
+  input.counters = &counters;
+  std::vector<ParsedSample> samples;
+  RequireWellFormed(FormatMetrics(input), &samples);
+  CHECK(SampleValue(samples, "kvpeer_checksum_failures_total") == 0);
+  CHECK(SampleValue(samples, "kvpeer_limit_max_round_key_bytes_total") == 0);
+  CHECK(SampleValue(samples, "kvpeer_control_requests_total", {{"op", "load"}}) == 0);
+  CHECK(SampleValue(samples, "kvpeer_control_errors_total", {{"code", "internal"}}) == 0);
+  CHECK(SampleValue(samples, "kvpeer_store_failures_total", {{"reason", "other"}}) == 0);
+}
+
+TEST_CASE("a limit's flag names its counter; a flag that is no limit is a programming error") {
+  CHECK(LimitCounter("max-queued-bytes") == Counter::kLimitMaxQueuedBytes);
+  CHECK(LimitCounter("max-rounds-per-peer") == Counter::kLimitMaxRoundsPerPeer);
+  CHECK(LimitCounter("max-round-key-bytes") == Counter::kLimitMaxRoundKeyBytes);
+  CHECK_THROWS_AS(LimitCounter("max-everything"), std::logic_error);
+  for (size_t i = 0; i < kCounterSpecs.size(); ++i) CHECK(static_cast<size_t>(kCounterSpecs[i].id) == i);
 }
 
 // ---------------------------------------------------------------------------
@@ -284,10 +317,11 @@ struct Node {
     peers->set_node_id(peers->listen_address());
   }
   std::vector<ParsedSample> Scrape() const {
-    metrics::Registry registry;
-    peers->CollectMetrics(registry);
+    MetricsInput input;
+    input.peers = peers->PeerSnapshots();
+    input.peer_service = peers.get();
     std::vector<ParsedSample> samples;
-    RequireWellFormed(registry.Text(), &samples);
+    RequireWellFormed(FormatMetrics(input), &samples);
     return samples;
   }
 

@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "base/random_token.h"
 #include "daemon/block_index.h"
 #include "daemon/peer_connection.h"
 
@@ -28,6 +29,7 @@ struct UnstartedConnection {
     session::SessionConfig config;
     config.local_id = "127.0.0.1:1";
     config.block_len = 64;
+    config.random_token = CsprngToken;  // mandatory (base/random_token.h)
     connection = std::make_shared<PeerConnection>(PeerStream(boost::asio::ip::tcp::socket(io)), std::move(config),
                                                   index, "127.0.0.1:2", listener);
   }

@@ -43,6 +43,7 @@ TEST_CASE("handshake failures are labelled from their close cause") {
   CHECK(Handshake(CloseCause::kMessageBeforeHandshake) == "protocol_violation");
   CHECK(Handshake(CloseCause::kBadMessage) == "protocol_violation");
   CHECK(Handshake(CloseCause::kLocalError) == "other");
+  CHECK(Handshake(CloseCause::kNoRandomToken) == "other");
   // The refusals, and only they, are the leading labels (IsHandshakeRefusal).
   CHECK(IsHandshakeRefusal(HandshakeFailureLabel(CloseCause::kSelfConnection, PeerDisconnectReason::kUnspecified)));
   CHECK_FALSE(IsHandshakeRefusal(HandshakeFailureLabel(CloseCause::kTls, PeerDisconnectReason::kUnspecified)));
@@ -93,6 +94,7 @@ TEST_CASE("ready sessions' closes are labelled from their close cause") {
   CHECK(Close(CloseCause::kPeerRestarted) == "peer_restarted");
   CHECK(Close(CloseCause::kTooManyPeers) == "other");
   CHECK(Close(CloseCause::kLocalError) == "other");
+  CHECK(Close(CloseCause::kNoRandomToken) == "other");
 }
 
 TEST_CASE("failed loads and stores are labelled from their cause") {

@@ -1,4 +1,4 @@
-// Codec: round trips, the encoded form, hex helpers and the header-level
+// Codec: round trips, the encoded form and the header-level
 // rules of spec section 2 (object, type, payload). Field rules are in
 // codec_fields_test.cc.
 #include "protocol/codec.h"
@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "base/hex.h"
 #include "protocol/messages.h"
 #include "tests/protocol/codec_test_util.h"
 
@@ -215,32 +216,6 @@ TEST_CASE("empty optional fields are omitted when encoding", "[codec][encode]") 
 
 TEST_CASE("unknown message encodes as its type only", "[codec][encode]") {
   CHECK(EncodeHeader(Unknown{"telemetry"}) == R"({"type":"telemetry"})");
-}
-
-// ------------------------------------------------------------ hex helpers
-
-TEST_CASE("ToHex writes two lowercase digits per byte", "[codec][hex]") {
-  CHECK(ToHex("") == "");
-  CHECK(ToHex(std::string("\x00\x0f\xa0\xff", 4)) == "000fa0ff");
-}
-
-TEST_CASE("DecodeHex accepts lowercase even-length hex", "[codec][hex]") {
-  std::string bytes;
-  REQUIRE(DecodeHex("000fa0ff", &bytes));
-  CHECK(bytes == std::string("\x00\x0f\xa0\xff", 4));
-  REQUIRE(DecodeHex("", &bytes));
-  CHECK(bytes.empty());
-}
-
-TEST_CASE("DecodeHex rejects odd length, uppercase and non-hex characters", "[codec][hex]") {
-  std::string bytes;
-  CHECK_FALSE(DecodeHex("abc", &bytes));
-  CHECK_FALSE(DecodeHex("AB", &bytes));
-  CHECK_FALSE(DecodeHex("aB", &bytes));
-  CHECK_FALSE(DecodeHex("0g", &bytes));
-  CHECK_FALSE(DecodeHex("0x", &bytes));
-  CHECK_FALSE(DecodeHex(" 0", &bytes));
-  CHECK_FALSE(DecodeHex(std::string("0\0", 2), &bytes));
 }
 
 // ------------------------------------------------------------ header rules

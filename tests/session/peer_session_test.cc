@@ -1,6 +1,11 @@
 // PeerSession: handshake, authentication, send gating, dispatch, liveness
 // and close, through the real ClientRole and ServerRole.
 #include <catch2/catch.hpp>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "base/random_token.h"
 
 #include "session/peer_session.h"
 #include "session/psk_proof.h"
@@ -44,9 +49,9 @@ TEST_CASE("Start sends exactly our connect, ungated", "[session]") {
   CHECK(t.log.frames.size() == 1);
 }
 
-TEST_CASE("nonces are fresh per connection, from the CSPRNG when no source is configured", "[session]") {
+TEST_CASE("nonces are fresh per connection, from the daemon's CSPRNG source", "[session]") {
   LoneSession t;
-  t.node.config.random_token = nullptr;
+  t.node.config.random_token = CsprngToken;
   t.Make("node-b:7000");
   const std::string first = t.OurConnect().nonce;
   t.Make("node-b:7000");
@@ -54,6 +59,41 @@ TEST_CASE("nonces are fresh per connection, from the CSPRNG when no source is co
   CHECK(first.size() == 32);
   CHECK(first != second);
   CHECK(first.find_first_not_of("0123456789abcdef") == std::string::npos);
+}
+
+TEST_CASE("a session without a token source is refused", "[session]") {
+  LoneSession t;
+  t.node.config.random_token = nullptr;
+  CHECK_THROWS_AS(t.Make("node-b:7000"), std::logic_error);
+}
+
+TEST_CASE("a failing token source closes the session before any connect, never a fixed nonce", "[session]") {
+  LoneSession t;
+  t.node.config.random_token = [] { return std::optional<std::string>(); };
+  t.Make("node-b:7000");
+  CHECK(t.log.frames.empty());
+  CHECK(t.session->state() == State::kClosed);
+  CHECK(t.session->close_reason() == "no random nonce: the token source failed");
+  CHECK(t.session->close_cause() == CloseCause::kNoRandomToken);
+}
+
+TEST_CASE("a failing token source closes a ready session instead of pinging with a fixed nonce", "[session]") {
+  LoneSession t;
+  auto fail = std::make_shared<bool>(false);
+  auto tokens = TokenSource(500);
+  t.node.config.random_token = [fail, tokens]() -> std::optional<std::string> {
+    if (*fail) return std::nullopt;
+    return tokens();
+  };
+  t.Make("node-b:7000");
+  t.MakeReady();
+  *fail = true;
+  t.clock.Advance(2s);
+  t.session->OnTick();
+  CHECK_FALSE(std::holds_alternative<protocol::Ping>(t.Last()));
+  CHECK(t.LastDisconnectReason() == "no random nonce: the token source failed");
+  CHECK(t.session->state() == State::kClosed);
+  CHECK(t.session->close_reason() == "no random nonce: the token source failed");
 }
 
 TEST_CASE("handshake succeeds on both sides through a pipe", "[session]") {
