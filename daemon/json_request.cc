@@ -4,10 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "base/hex.h"
 #include "base/host_port.h"
 #include "base/utf8.h"
-#include "protocol/codec.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
 
