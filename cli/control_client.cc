@@ -107,40 +107,44 @@ Wait WaitReady(int fd, short events, const Deadline& deadline) {
   }
 }
 
-// "" when ready, else what went wrong; `step` names what was unfinished.
-std::string WaitProblem(Wait wait, const Deadline& deadline, const std::string& step) {
-  if (wait == Wait::kExpired) return deadline.Expired(step);
-  if (wait == Wait::kFailed) return std::string("waiting for kvpeerd failed: ") + std::strerror(errno);
-  return "";
+// Ok when ready, else what went wrong; `step` names what was unfinished.
+Status WaitProblem(Wait wait, const Deadline& deadline, const std::string& step) {
+  if (wait == Wait::kExpired) return Status::Unavailable(deadline.Expired(step));
+  if (wait == Wait::kFailed) {
+    return Status::Unavailable(std::string("waiting for kvpeerd failed: ") + std::strerror(errno));
+  }
+  return Status::Ok();
 }
 
 // A Unix-socket connect() cannot be polled for: non-blocking, it fails at
 // once with EAGAIN when the daemon's backlog is full. So the socket stays
 // blocking for it with SO_SNDTIMEO, which bounds an AF_UNIX connect, set to
 // the time left; everything after is non-blocking and polled.
-std::string Connect(const Socket& socket, const std::string& path, const Deadline& deadline) {
-  if (socket.fd() < 0) return Unreachable(path, std::string("socket(): ") + std::strerror(errno));
+Status Connect(const Socket& socket, const std::string& path, const Deadline& deadline) {
+  if (socket.fd() < 0) return Status::Unavailable(Unreachable(path, std::string("socket(): ") + std::strerror(errno)));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.size() >= sizeof(address.sun_path)) {
-    return Unreachable(path, "the path is longer than a Unix socket path may be (" +
-                                 std::to_string(sizeof(address.sun_path) - 1) + " bytes)");
+    return Status::Unavailable(Unreachable(path, "the path is longer than a Unix socket path may be (" +
+                                                     std::to_string(sizeof(address.sun_path) - 1) + " bytes)"));
   }
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   int remaining = std::max(deadline.RemainingMs(), 1);
   timeval tv{static_cast<time_t>(remaining / 1000), static_cast<suseconds_t>(remaining % 1000 * 1000)};
   ::setsockopt(socket.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   if (::connect(socket.fd(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    if (errno == EAGAIN || errno == EINPROGRESS) return deadline.Expired("its socket did not accept the connection");
-    return ConnectProblem(path, errno);
+    if (errno == EAGAIN || errno == EINPROGRESS) {
+      return Status::Unavailable(deadline.Expired("its socket did not accept the connection"));
+    }
+    return Status::Unavailable(ConnectProblem(path, errno));
   }
   if (::fcntl(socket.fd(), F_SETFL, ::fcntl(socket.fd(), F_GETFL) | O_NONBLOCK) != 0) {
-    return Unreachable(path, std::string("fcntl(O_NONBLOCK): ") + std::strerror(errno));
+    return Status::Unavailable(Unreachable(path, std::string("fcntl(O_NONBLOCK): ") + std::strerror(errno)));
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string SendAll(int fd, const std::string& data, const Deadline& deadline) {
+Status SendAll(int fd, const std::string& data, const Deadline& deadline) {
   size_t sent = 0;
   while (sent < data.size()) {
     if (Wait wait = WaitReady(fd, POLLOUT, deadline); wait != Wait::kReady) {
@@ -150,13 +154,13 @@ std::string SendAll(int fd, const std::string& data, const Deadline& deadline) {
     // socket; that must be an error message, not a SIGPIPE death.
     ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n < 0) return std::string("sending the request failed: ") + std::strerror(errno);
+    if (n < 0) return Status::Unavailable(std::string("sending the request failed: ") + std::strerror(errno));
     sent += static_cast<size_t>(n);
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string ReadLine(int fd, const Deadline& deadline, std::string* line) {
+Status ReadLine(int fd, const Deadline& deadline, std::string* line) {
   char buffer[65536];
   for (;;) {
     if (Wait wait = WaitReady(fd, POLLIN, deadline); wait != Wait::kReady) {
@@ -166,41 +170,44 @@ std::string ReadLine(int fd, const Deadline& deadline, std::string* line) {
     }
     ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n < 0) return std::string("reading the answer failed: ") + std::strerror(errno);
-    if (n == 0) return "kvpeerd closed the connection without answering (is this user allowed to connect?)";
+    if (n < 0) return Status::Unavailable(std::string("reading the answer failed: ") + std::strerror(errno));
+    if (n == 0) {
+      return Status::Unavailable("kvpeerd closed the connection without answering (is this user allowed to connect?)");
+    }
     size_t searched = line->size();  // only the new bytes can hold the newline
     line->append(buffer, static_cast<size_t>(n));
     size_t newline = line->find('\n', searched);
     if (newline != std::string::npos) {
       line->resize(newline);
-      return "";
+      return Status::Ok();
     }
-    if (line->size() > kMaxLine) return "kvpeerd's answer is longer than the 16 MiB line limit";
+    if (line->size() > kMaxLine) return Status::Unavailable("kvpeerd's answer is longer than the 16 MiB line limit");
   }
 }
 
-std::string ParseResponse(const std::string& line, json::object* response) {
+Status ParseResponse(const std::string& line, json::object* response) {
   boost::system::error_code error;
   json::value value = json::parse(line, error);
-  if (error) return "kvpeerd sent an answer that is not JSON: " + error.message();
-  if (!value.is_object()) return "kvpeerd sent an answer that is not a JSON object";
+  if (error) return Status::Unavailable("kvpeerd sent an answer that is not JSON: " + error.message());
+  if (!value.is_object()) return Status::Unavailable("kvpeerd sent an answer that is not a JSON object");
   *response = std::move(value.as_object());
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace
 
-ExchangeResult Exchange(const std::string& socket_path, const json::object& request, std::chrono::seconds timeout) {
+StatusOr<json::object> Exchange(const std::string& socket_path, const json::object& request,
+                                std::chrono::seconds timeout) {
   const Deadline deadline(timeout);
-  ExchangeResult result;
   Socket socket;
-  result.problem = Connect(socket, socket_path, deadline);
   std::string line;
-  if (result.problem.empty()) result.problem = SendAll(socket.fd(), json::serialize(request) + "\n", deadline);
-  if (result.problem.empty()) result.problem = ReadLine(socket.fd(), deadline, &line);
-  if (result.problem.empty()) result.problem = ParseResponse(line, &result.response);
-  result.reached = result.problem.empty();
-  return result;
+  json::object response;
+  Status status = Connect(socket, socket_path, deadline);
+  if (status.ok()) status = SendAll(socket.fd(), json::serialize(request) + "\n", deadline);
+  if (status.ok()) status = ReadLine(socket.fd(), deadline, &line);
+  if (status.ok()) status = ParseResponse(line, &response);
+  if (!status.ok()) return status;
+  return response;
 }
 
 }  // namespace kvpeer::cli

@@ -13,20 +13,18 @@
 #include <chrono>
 #include <string>
 
+#include "base/status_or.h"
+
 namespace kvpeer::cli {
 
-struct ExchangeResult {
-  bool reached = false;          // false: `problem` says why; response is empty
-  std::string problem;           // e.g. "cannot reach kvpeerd at PATH: ... (is the daemon running?)"
-  boost::json::object response;  // the daemon's answer when reached
-};
-
 // Sends `request` (one JSON object, serialized on one line) over the socket
-// at `socket_path` and reads the answer line. `timeout` bounds the whole
-// exchange (connect, send and the full answer), not each read, so a daemon
-// dribbling its answer cannot stretch it; on expiry `problem` starts
-// "kvpeerd did not answer within S s".
-ExchangeResult Exchange(const std::string& socket_path, const boost::json::object& request,
-                        std::chrono::seconds timeout);
+// at `socket_path` and reads the answer line: the daemon's answer, or
+// (kUnavailable) why it could not be had, e.g. "cannot reach kvpeerd at PATH:
+// ... (is the daemon running?)". `timeout` bounds the whole exchange
+// (connect, send and the full answer), not each read, so a daemon dribbling
+// its answer cannot stretch it; on expiry the message starts "kvpeerd did not
+// answer within S s".
+StatusOr<boost::json::object> Exchange(const std::string& socket_path, const boost::json::object& request,
+                                       std::chrono::seconds timeout);
 
 }  // namespace kvpeer::cli

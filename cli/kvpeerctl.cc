@@ -168,18 +168,18 @@ std::string Render(const Invocation& invocation, const json::object& response) {
 }
 
 Outcome Run(const Invocation& invocation, const json::object& request) {
-  kvpeer::cli::ExchangeResult result = kvpeer::cli::Exchange(invocation.socket_path, request, invocation.timeout);
-  if (!result.reached) return {kExitUnreachable, "", "kvpeerctl: " + result.problem + "\n"};
+  kvpeer::StatusOr<json::object> response = kvpeer::cli::Exchange(invocation.socket_path, request, invocation.timeout);
+  if (!response.ok()) return {kExitUnreachable, "", "kvpeerctl: " + response.status().message() + "\n"};
   // Every view prints from here, so --json is always valid JSON and the
   // tables show "-" where the daemon sent a number beyond double range.
-  kvpeer::cli::NullNonFinite(result.response);
-  auto ok = result.response.find("ok");
-  if (ok != result.response.end() && ok->value().is_bool() && ok->value().as_bool()) {
-    return {kExitOk, Render(invocation, result.response), ""};
+  kvpeer::cli::NullNonFinite(*response);
+  auto ok = response->find("ok");
+  if (ok != response->end() && ok->value().is_bool() && ok->value().as_bool()) {
+    return {kExitOk, Render(invocation, *response), ""};
   }
   // With --json the answer is printed even on failure, for scripts.
-  std::string out = invocation.json ? json::serialize(result.response) + "\n" : "";
-  return {kExitDaemonError, out, DaemonError(invocation.words[0], result.response)};
+  std::string out = invocation.json ? json::serialize(*response) + "\n" : "";
+  return {kExitDaemonError, out, DaemonError(invocation.words[0], *response)};
 }
 
 }  // namespace

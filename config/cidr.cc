@@ -51,10 +51,6 @@ std::optional<int> ParsePrefix(std::string_view text) {
   return value;
 }
 
-void SetError(std::string* error, std::string message) {
-  if (error != nullptr) *error = std::move(message);
-}
-
 }  // namespace
 
 std::optional<IpAddress> IpAddress::Parse(std::string_view text) {
@@ -95,20 +91,18 @@ std::string IpAddress::ToString() const {
   return text;
 }
 
-std::optional<Cidr> Cidr::Parse(std::string_view text, std::string* error) {
+StatusOr<Cidr> Cidr::Parse(std::string_view text) {
   size_t slash = text.find('/');
   std::optional<IpAddress> network = IpAddress::Parse(text.substr(0, slash));
   if (!network) {
-    SetError(error, "not an IPv4 or IPv6 address before the '/'");
-    return std::nullopt;
+    return Status::Invalid("not an IPv4 or IPv6 address before the '/'");
   }
   int prefix_len = network->BitLength();
   if (slash != std::string_view::npos) {
     std::optional<int> parsed = ParsePrefix(text.substr(slash + 1));
     if (!parsed || *parsed > network->BitLength()) {
-      SetError(error, "prefix length must be 0.." + std::to_string(network->BitLength()) +
-                          (network->family == IpAddress::Family::kV4 ? " for IPv4" : " for IPv6"));
-      return std::nullopt;
+      return Status::Invalid("prefix length must be 0.." + std::to_string(network->BitLength()) +
+                             (network->family == IpAddress::Family::kV4 ? " for IPv4" : " for IPv6"));
     }
     prefix_len = *parsed;
   }
@@ -116,8 +110,8 @@ std::optional<Cidr> Cidr::Parse(std::string_view text, std::string* error) {
   if (masked != *network) {
     // Silently widening "10.0.0.1/8" would allow more than the operator
     // probably meant; say what the block would have to be written as.
-    SetError(error, "host bits are set; did you mean " + masked.ToString() + "/" + std::to_string(prefix_len) + "?");
-    return std::nullopt;
+    return Status::Invalid("host bits are set; did you mean " + masked.ToString() + "/" + std::to_string(prefix_len) +
+                           "?");
   }
   return Cidr(*network, prefix_len);
 }

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status_or.h"
+
 namespace kvpeer::config {
 
 struct IpAddress {
@@ -43,9 +45,9 @@ class Cidr {
  public:
   // Parses "ADDRESS/PREFIX" ("10.0.0.0/8", "fd00::/8") or a bare address
   // (one host). Host bits below the prefix must be zero: "10.0.0.1/8" is
-  // rejected rather than silently widened. On failure returns nullopt and,
-  // if `error` is not null, says why ("prefix 33 is above 32 for IPv4").
-  static std::optional<Cidr> Parse(std::string_view text, std::string* error = nullptr);
+  // rejected rather than silently widened. Fails (kInvalid) saying why
+  // ("prefix length must be 0..32 for IPv4").
+  static StatusOr<Cidr> Parse(std::string_view text);
 
   // True if `address` lies in this block. IPv4-mapped addresses count as
   // IPv4 (see the file comment), and an IPv6 block also matches the mapped

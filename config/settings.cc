@@ -50,24 +50,26 @@ std::optional<int64_t> ParseInteger(std::string_view text) {
   return value;
 }
 
-std::string ApplySeconds(const std::string& raw, std::chrono::seconds* out) {
+Status ApplySeconds(const std::string& raw, std::chrono::seconds* out) {
   std::optional<int64_t> value = ParseInteger(raw);
   std::string range = "1.." + std::to_string(kMaxTimeoutSeconds);
-  if (!value) return Quoted(raw) + " is not a whole number of seconds (allowed: " + range + ")";
-  if (*value <= 0) return raw + " must be > 0 (whole seconds, " + range + ")";
-  if (*value > kMaxTimeoutSeconds) return raw + " must be at most " + std::to_string(kMaxTimeoutSeconds) + " (seconds)";
+  if (!value) return Status::Invalid(Quoted(raw) + " is not a whole number of seconds (allowed: " + range + ")");
+  if (*value <= 0) return Status::Invalid(raw + " must be > 0 (whole seconds, " + range + ")");
+  if (*value > kMaxTimeoutSeconds) {
+    return Status::Invalid(raw + " must be at most " + std::to_string(kMaxTimeoutSeconds) + " (seconds)");
+  }
   *out = std::chrono::seconds(*value);
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyBoundedString(const std::string& raw, size_t min_len, std::optional<std::string>* out) {
+Status ApplyBoundedString(const std::string& raw, size_t min_len, std::optional<std::string>* out) {
   if (raw.size() < min_len || raw.size() > protocol::kMaxStringChars) {
     // The value itself is not echoed: hash-seed is not shown to peers either.
-    return "has " + std::to_string(raw.size()) + " characters; allowed: " + std::to_string(min_len) + ".." +
-           std::to_string(protocol::kMaxStringChars);
+    return Status::Invalid("has " + std::to_string(raw.size()) + " characters; allowed: " + std::to_string(min_len) +
+                           ".." + std::to_string(protocol::kMaxStringChars));
   }
   *out = raw;
-  return "";
+  return Status::Ok();
 }
 
 json::value OptionalString(const std::optional<std::string>& value) {
@@ -78,124 +80,129 @@ json::value PathOrNull(const std::string& path) { return path.empty() ? json::va
 
 // ---- The option table ----------------------------------------------------
 
-std::string ApplyConfig(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyConfig(const std::vector<std::string>& raw, Settings* s) {
   s->config_file = raw.front();
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyListen(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyListen(const std::vector<std::string>& raw, Settings* s) {
   std::optional<HostPort> address = ParseHostPort(raw.front());
-  if (!address) return Quoted(raw.front()) + " is not HOST:PORT (port 0..65535; IPv6 as [::1]:5710)";
+  if (!address) return Status::Invalid(Quoted(raw.front()) + " is not HOST:PORT (port 0..65535; IPv6 as [::1]:5710)");
   s->listen = *address;
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyNodeId(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyNodeId(const std::vector<std::string>& raw, Settings* s) {
   std::optional<HostPort> address = ParseHostPort(raw.front());
   if (!address || address->port == 0) {
-    return Quoted(raw.front()) + " is not HOST:PORT (port 1..65535; IPv6 as [::1]:5710)";
+    return Status::Invalid(Quoted(raw.front()) + " is not HOST:PORT (port 1..65535; IPv6 as [::1]:5710)");
   }
   // Peers check a peer_id's syntax (wire-protocol.md section 2), so a name
   // they would refuse is refused here, at start, instead.
   if (std::optional<std::string> why = protocol::PeerIdSyntaxError(raw.front())) {
-    return Quoted(raw.front()) + " is not a valid peer_id: it " + *why;
+    return Status::Invalid(Quoted(raw.front()) + " is not a valid peer_id: it " + *why);
   }
   s->node_id = raw.front();
   s->node_id_from_listen = false;
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplySocket(const std::vector<std::string>& raw, Settings* s) {
+Status ApplySocket(const std::vector<std::string>& raw, Settings* s) {
   const std::string& path = raw.front();
   constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
-  if (path.empty()) return "'' is empty; allowed: a file path";
+  if (path.empty()) return Status::Invalid("'' is empty; allowed: a file path");
   if (path.size() > kMaxPath) {
-    return Quoted(path) + " is " + std::to_string(path.size()) + " bytes; a Unix socket path is at most " +
-           std::to_string(kMaxPath);
+    return Status::Invalid(Quoted(path) + " is " + std::to_string(path.size()) +
+                           " bytes; a Unix socket path is at most " + std::to_string(kMaxPath));
   }
   s->socket_path = path;
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyBlockLen(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyBlockLen(const std::vector<std::string>& raw, Settings* s) {
   std::optional<int64_t> value = ParseInteger(raw.front());
   std::string range = "1.." + std::to_string(protocol::kMaxBlockLen);
-  if (!value) return Quoted(raw.front()) + " is not a number (allowed: " + range + ")";
-  if (*value < 1 || static_cast<uint64_t>(*value) > protocol::kMaxBlockLen) return raw.front() + " must be " + range;
+  if (!value) return Status::Invalid(Quoted(raw.front()) + " is not a number (allowed: " + range + ")");
+  if (*value < 1 || static_cast<uint64_t>(*value) > protocol::kMaxBlockLen) {
+    return Status::Invalid(raw.front() + " must be " + range);
+  }
   s->block_len = static_cast<uint64_t>(*value);
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyFingerprint(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyFingerprint(const std::vector<std::string>& raw, Settings* s) {
   return ApplyBoundedString(raw.front(), 0, &s->config_fingerprint);
 }
 
-std::string ApplyHashSeed(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyHashSeed(const std::vector<std::string>& raw, Settings* s) {
   // It travels in connect, where control characters are refused (wire spec section 2).
-  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(raw.front())) return *problem;
+  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(raw.front())) {
+    return Status::Invalid(*problem);
+  }
   return ApplyBoundedString(raw.front(), 1, &s->hash_seed);
 }
 
-std::string ApplyPskFile(const std::vector<std::string>& raw, Settings* s) {
-  if (raw.front().empty()) return "'' is empty; allowed: the path of a key file";
+Status ApplyPskFile(const std::vector<std::string>& raw, Settings* s) {
+  if (raw.front().empty()) return Status::Invalid("'' is empty; allowed: the path of a key file");
   s->psk_file = raw.front();  // read and checked once all options are known
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyAllowCidr(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyAllowCidr(const std::vector<std::string>& raw, Settings* s) {
   for (const std::string& text : raw) {
-    std::string why;
-    std::optional<Cidr> block = Cidr::Parse(text, &why);
-    if (!block) return Quoted(text) + " is not a CIDR (" + why + ")";
+    StatusOr<Cidr> block = Cidr::Parse(text);
+    if (!block.ok()) return Status::Invalid(Quoted(text) + " is not a CIDR (" + block.status().message() + ")");
     s->allow_cidrs.push_back(*block);
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyLoadTimeout(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyLoadTimeout(const std::vector<std::string>& raw, Settings* s) {
   return ApplySeconds(raw.front(), &s->load_timeout);
 }
 
-std::string ApplyAbortAckTimeout(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyAbortAckTimeout(const std::vector<std::string>& raw, Settings* s) {
   return ApplySeconds(raw.front(), &s->abort_ack_timeout);
 }
 
-std::string ApplyHandshakeTimeout(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyHandshakeTimeout(const std::vector<std::string>& raw, Settings* s) {
   return ApplySeconds(raw.front(), &s->handshake_timeout);
 }
 
-std::string ApplyLogLevel(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyLogLevel(const std::vector<std::string>& raw, Settings* s) {
   static constexpr std::array<std::string_view, 5> kLevels = {"trace", "debug", "info", "warn", "error"};
   if (std::find(kLevels.begin(), kLevels.end(), raw.front()) == kLevels.end()) {
-    return Quoted(raw.front()) + " is not one of trace, debug, info, warn, error";
+    return Status::Invalid(Quoted(raw.front()) + " is not one of trace, debug, info, warn, error");
   }
   s->log_level = raw.front();
-  return "";
+  return Status::Ok();
 }
 
 // A count option: a whole number in min..max.
-std::string ApplyCount(const std::string& raw, uint64_t min, uint64_t max, uint64_t* out) {
+Status ApplyCount(const std::string& raw, uint64_t min, uint64_t max, uint64_t* out) {
   std::optional<int64_t> value = ParseInteger(raw);
   std::string range = std::to_string(min) + ".." + std::to_string(max);
-  if (!value) return Quoted(raw) + " is not a whole number (allowed: " + range + ")";
+  if (!value) return Status::Invalid(Quoted(raw) + " is not a whole number (allowed: " + range + ")");
   if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
-    return raw + " is out of range (allowed: " + range + ")";
+    return Status::Invalid(raw + " is out of range (allowed: " + range + ")");
   }
   *out = static_cast<uint64_t>(*value);
-  return "";
+  return Status::Ok();
 }
 
 // A uid or gid: a decimal id, or a user / group name looked up now.
 // 4294967295 is (uid_t)-1, "no id" to the kernel, so it is not an id.
-std::string ApplyId(const std::string& raw, bool group, uint32_t* out) {
+Status ApplyId(const std::string& raw, bool group, uint32_t* out) {
   constexpr int64_t kMaxId = 4294967294;
   const std::string what = group ? "group" : "user";
-  if (raw.empty()) return "'' is empty; allowed: a numeric id or a " + what + " name";
+  if (raw.empty()) return Status::Invalid("'' is empty; allowed: a numeric id or a " + what + " name");
   if (std::all_of(raw.begin(), raw.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     std::optional<int64_t> value = ParseInteger(raw);
-    if (!value || *value > kMaxId) return raw + " is out of range (allowed: 0..4294967294 or a " + what + " name)";
+    if (!value || *value > kMaxId) {
+      return Status::Invalid(raw + " is out of range (allowed: 0..4294967294 or a " + what + " name)");
+    }
     *out = static_cast<uint32_t>(*value);
-    return "";
+    return Status::Ok();
   }
   std::vector<char> buffer(4096);
   for (;;) {
@@ -218,94 +225,94 @@ std::string ApplyId(const std::string& raw, bool group, uint32_t* out) {
       buffer.resize(buffer.size() * 2);
       continue;
     }
-    if (found) return "";
-    return Quoted(raw) + " is neither a number nor a known " + what + " name";
+    if (found) return Status::Ok();
+    return Status::Invalid(Quoted(raw) + " is neither a number nor a known " + what + " name");
   }
 }
 
-std::string ApplyIds(const std::vector<std::string>& raw, bool group, std::vector<uint32_t>* out) {
+Status ApplyIds(const std::vector<std::string>& raw, bool group, std::vector<uint32_t>* out) {
   for (const std::string& text : raw) {
     uint32_t id = 0;
-    std::string why = ApplyId(text, group, &id);
-    if (!why.empty()) return why;
+    Status why = ApplyId(text, group, &id);
+    if (!why.ok()) return why;
     out->push_back(id);
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyAllowUid(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyAllowUid(const std::vector<std::string>& raw, Settings* s) {
   return ApplyIds(raw, false, &s->allow_uids);
 }
 
-std::string ApplyAllowGid(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyAllowGid(const std::vector<std::string>& raw, Settings* s) {
   return ApplyIds(raw, true, &s->allow_gids);
 }
 
-std::string ApplySocketGroup(const std::vector<std::string>& raw, Settings* s) {
+Status ApplySocketGroup(const std::vector<std::string>& raw, Settings* s) {
   uint32_t gid = 0;
-  std::string why = ApplyId(raw.front(), true, &gid);
-  if (why.empty()) s->socket_group = gid;
+  Status why = ApplyId(raw.front(), true, &gid);
+  if (why.ok()) s->socket_group = gid;
   return why;
 }
 
-std::string ApplyMaxPeers(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxPeers(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 65536, &s->max_peers);
 }
 
-std::string ApplyMaxEngines(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxEngines(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 65536, &s->max_engines);
 }
 
-std::string ApplyMaxRoundsPerPeer(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxRoundsPerPeer(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 1048576, &s->max_rounds_per_peer);
 }
 
-std::string ApplyMaxPendingLookups(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxPendingLookups(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 16777216, &s->max_pending_lookups);
 }
 
-std::string ApplyMaxQueuedBytes(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxQueuedBytes(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_queued_bytes);
 }
 
-std::string ApplyMaxHandshaking(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxHandshaking(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 65536, &s->max_handshaking);
 }
 
-std::string ApplyMaxHandshakingPerSource(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxHandshakingPerSource(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 65536, &s->max_handshaking_per_source);
 }
 
-std::string ApplyPeerReapAfter(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyPeerReapAfter(const std::vector<std::string>& raw, Settings* s) {
   return ApplySeconds(raw.front(), &s->peer_reap_after);
 }
 
-std::string ApplyMaxControlConnections(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxControlConnections(const std::vector<std::string>& raw, Settings* s) {
   return ApplyCount(raw.front(), 1, 65536, &s->max_control_connections);
 }
 
-std::string ApplyMaxRegionBytes(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMaxRegionBytes(const std::vector<std::string>& raw, Settings* s) {
   uint64_t bytes = 0;
-  std::string why = ApplyCount(raw.front(), 4096, uint64_t{1} << 62, &bytes);
-  if (why.empty()) s->max_region_bytes = bytes;
+  Status why = ApplyCount(raw.front(), 4096, uint64_t{1} << 62, &bytes);
+  if (why.ok()) s->max_region_bytes = bytes;
   return why;
 }
 
-std::string ApplyPath(const std::string& raw, std::string* out) {
-  if (raw.empty()) return "'' is empty; allowed: the path of a PEM file";
+Status ApplyPath(const std::string& raw, std::string* out) {
+  if (raw.empty()) return Status::Invalid("'' is empty; allowed: the path of a PEM file");
   *out = raw;  // read and checked once all options are known
-  return "";
+  return Status::Ok();
 }
 
-std::string ApplyTlsCert(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyTlsCert(const std::vector<std::string>& raw, Settings* s) {
   return ApplyPath(raw.front(), &s->tls_cert);
 }
 
-std::string ApplyTlsKey(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyTlsKey(const std::vector<std::string>& raw, Settings* s) {
   return ApplyPath(raw.front(), &s->tls_key);
 }
 
-std::string ApplyTlsCa(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyTlsCa(const std::vector<std::string>& raw, Settings* s) {
   return ApplyPath(raw.front(), &s->tls_ca);
 }
 
@@ -338,28 +345,28 @@ void CheckTlsFiles(const Settings& s, std::vector<std::string>* problems) {
 
 json::value IdsJson(const std::vector<uint32_t>& ids) { return json::array(ids.begin(), ids.end()); }
 
-std::string ApplyMetricsListen(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyMetricsListen(const std::vector<std::string>& raw, Settings* s) {
   std::optional<HostPort> address = ParseHostPort(raw.front());
-  if (!address) return Quoted(raw.front()) + " is not HOST:PORT (port 0..65535; IPv6 as [::1]:9464)";
+  if (!address) return Status::Invalid(Quoted(raw.front()) + " is not HOST:PORT (port 0..65535; IPv6 as [::1]:9464)");
   s->metrics_listen = *address;
-  return "";
+  return Status::Ok();
 }
 
 // --features: a list of supported feature names (ApplyOptions drops empty
 // items, so `--features ""` and `features = []` offer none).
-std::string ApplyFeatures(const std::vector<std::string>& raw, Settings* s) {
+Status ApplyFeatures(const std::vector<std::string>& raw, Settings* s) {
   const std::vector<std::string> supported = protocol::SupportedFeatures();
   std::vector<std::string> chosen;
   for (const std::string& name : raw) {
     if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
       std::string known;
       for (const std::string& feature : supported) known += (known.empty() ? "" : ", ") + feature;
-      return Quoted(name) + " is not a supported feature (supported: " + known + "; \"\" for none)";
+      return Status::Invalid(Quoted(name) + " is not a supported feature (supported: " + known + "; \"\" for none)");
     }
     if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) chosen.push_back(name);
   }
   s->features = std::move(chosen);
-  return "";
+  return Status::Ok();
 }
 
 json::value FeaturesJson(const Settings& s) {
@@ -725,13 +732,15 @@ std::vector<std::string> ConfigFileArguments(int argc, const char* const* argv) 
 // file that cannot be opened is left to CLI11, whose error says so. (A swap
 // between this check and CLI11's read needs write access to the file's
 // directory, i.e. the operator's.)
-std::string CheckConfigFiles(int argc, const char* const* argv) {
+Status CheckConfigFiles(int argc, const char* const* argv) {
   const FileRule rule{.max_bytes = kMaxConfigFileBytes, .kind = "a config file"};
   for (const std::string& file : ConfigFileArguments(argc, argv)) {
     const FileCheck check = ReadCheckedFile(file, rule, nullptr);
-    if (!check.ok() && check.problem != FileProblem::kCannotOpen) return "kvpeerd: config: " + check.message + "\n";
+    if (!check.ok() && check.problem != FileProblem::kCannotOpen) {
+      return Status::Invalid("kvpeerd: config: " + check.message + "\n");
+    }
   }
-  return "";
+  return Status::Ok();
 }
 
 // A CLI11 parse failure as the message an operator should see.
@@ -758,8 +767,8 @@ std::vector<std::string> ApplyOptions(const Cli& cli, Settings* settings) {
     if (raw.empty()) continue;
     // A list's empty items are no items: `--features ""` and `= []` are empty lists.
     if (option.repeatable) std::erase(raw, std::string());
-    std::string why = option.apply(raw, settings);
-    if (!why.empty()) problems.push_back(std::string(option.name) + ": " + why);
+    Status why = option.apply(raw, settings);
+    if (!why.ok()) problems.push_back(std::string(option.name) + ": " + why.message());
   }
   return problems;
 }
@@ -795,7 +804,7 @@ const std::vector<OptionSpec>& Options() {
 }
 
 ParseResult ParseCommandLine(int argc, const char* const* argv) {
-  if (std::string problem = CheckConfigFiles(argc, argv); !problem.empty()) return {std::nullopt, 2, problem};
+  if (Status problem = CheckConfigFiles(argc, argv); !problem.ok()) return {std::nullopt, 2, problem.message()};
   Cli cli = BuildCli();
   try {
     cli.app->parse(argc, argv);

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "base/host_port.h"
 #include "config/cidr.h"
 #include "protocol/features.h"
@@ -119,9 +120,9 @@ struct OptionSpec {
   bool live = false;
   void (*copy_live)(const Settings& from, Settings* to) = nullptr;  // set exactly when live
   // Validates the raw values (exactly one unless repeatable) and stores them
-  // in *settings. Returns "" or why the value is wrong, naming the value and
-  // what is allowed but not the option ("'x' is not HOST:PORT (...)").
-  std::string (*apply)(const std::vector<std::string>& raw, Settings* settings) = nullptr;
+  // in *settings. Fails (kInvalid) saying why the value is wrong, naming the
+  // value and what is allowed but not the option ("'x' is not HOST:PORT (...)").
+  Status (*apply)(const std::vector<std::string>& raw, Settings* settings) = nullptr;
   // The effective value for status / --check-config. Secrets never appear.
   boost::json::value (*effective)(const Settings& settings) = nullptr;
 };

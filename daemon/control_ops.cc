@@ -15,7 +15,7 @@ using H = ControlOpHandlers;
 // ops do, except hello itself; "Shutdown" lists the new work.
 constexpr std::array kOps = {
     //         name         needs_engine  is_new_work  handler
-    ControlOp{"status",          false,       false,       &H::Status},
+    ControlOp{"status",          false,       false,       &H::NodeStatus},
     ControlOp{"metrics",         false,       false,       &H::Metrics},
     ControlOp{"connect",         false,       true,        &H::Connect},
     ControlOp{"disconnect",      false,       false,       &H::Disconnect},
@@ -49,20 +49,19 @@ const ControlOp* FindControlOp(std::string_view name) {
   return found != kOps.end() ? &*found : nullptr;
 }
 
-ApiError UnknownOp(std::string_view name) {
-  return {ErrorCode::kUnknownOp,
-          "op '" + Utf8Prefix(name, kMaxQuotedOpBytes) + "' is not known; ops: " + KnownOps()};
+Status UnknownOp(std::string_view name) {
+  return Status::UnknownOp("op '" + Utf8Prefix(name, kMaxQuotedOpBytes) + "' is not known; ops: " + KnownOps());
 }
 
-ApiStatus CheckOpAllowed(const ControlOp& op, bool shutting_down, bool has_engine) {
+Status CheckOpAllowed(const ControlOp& op, bool shutting_down, bool has_engine) {
   const std::string name(op.name);
   if (shutting_down && op.is_new_work) {
-    return Fail(ErrorCode::kShuttingDown, "the daemon is shutting down; op '" + name + "' is refused");
+    return Status::ShuttingDown("the daemon is shutting down; op '" + name + "' is refused");
   }
   if (op.needs_engine && !has_engine) {
-    return Fail(ErrorCode::kBadRequest, "op '" + name + "' needs an engine session: send hello first");
+    return Status::Invalid("op '" + name + "' needs an engine session: send hello first");
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace kvpeer::daemon

@@ -47,10 +47,10 @@ struct OpCall {
 // What answers the ops; one method per row of the table.
 class ControlOpHandlers {
  public:
-  using OpAnswer = boost::asio::awaitable<ApiStatus>;
+  using OpAnswer = boost::asio::awaitable<Status>;
   virtual ~ControlOpHandlers() = default;
   // Operator ops ("Operator operations").
-  virtual OpAnswer Status(OpCall& call) = 0;
+  virtual OpAnswer NodeStatus(OpCall& call) = 0;  // the "status" op
   virtual OpAnswer Metrics(OpCall& call) = 0;
   virtual OpAnswer Connect(OpCall& call) = 0;
   virtual OpAnswer Disconnect(OpCall& call) = 0;
@@ -83,11 +83,11 @@ std::span<const ControlOp> ControlOps();
 const ControlOp* FindControlOp(std::string_view name);
 
 // The unknown_op error for `name`, listing every known op.
-ApiError UnknownOp(std::string_view name);
+Status UnknownOp(std::string_view name);
 
 // Whether `op` may run now: shutting_down for new work while the daemon
 // drains (checked first: a drain refuses a hello-less store the same way),
 // then bad_request for an engine op on a connection without hello.
-ApiStatus CheckOpAllowed(const ControlOp& op, bool shutting_down, bool has_engine);
+Status CheckOpAllowed(const ControlOp& op, bool shutting_down, bool has_engine);
 
 }  // namespace kvpeer::daemon

@@ -50,57 +50,57 @@ ControlServer::ControlServer(asio::io_context& io, ControlServerOptions options,
 
 ControlServer::~ControlServer() { Stop(); }
 
-ApiStatus ControlServer::RemoveStaleSocket() const {
+Status ControlServer::RemoveStaleSocket() const {
   const std::string& path = options_.socket_path;
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return std::nullopt;
-    return Fail(ErrorCode::kInternal, "control socket " + path + ": " + Errno());
+    if (errno == ENOENT) return Status::Ok();
+    return Status::Internal("control socket " + path + ": " + Errno());
   }
   if (!S_ISSOCK(st.st_mode)) {
-    return Fail(ErrorCode::kInternal, "control socket " + path + " exists and is not a socket; not replacing it");
+    return Status::Internal("control socket " + path + " exists and is not a socket; not replacing it");
   }
   // A socket file some process still accepts on is not stale.
   Local::socket probe(io_);
   boost::system::error_code ec;
   probe.connect(Local::endpoint(path), ec);
-  if (!ec) return Fail(ErrorCode::kInternal, "control socket " + path + " is in use by a running process");
+  if (!ec) return Status::Internal("control socket " + path + " is in use by a running process");
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return Fail(ErrorCode::kInternal, "cannot remove stale control socket " + path + ": " + Errno());
+    return Status::Internal("cannot remove stale control socket " + path + ": " + Errno());
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus ControlServer::Start() {
+Status ControlServer::Start() {
   const std::string& path = options_.socket_path;
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return Fail(ErrorCode::kInternal, "control socket path '" + path + "' must be 1 ..= " +
-                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+    return Status::Internal("control socket path '" + path + "' must be 1 ..= " +
+                                std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
   }
   boost::system::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code fs_ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, fs_ec);
-  if (ApiStatus bad = RemoveStaleSocket()) return bad;
+  if (Status bad = RemoveStaleSocket(); !bad.ok()) return bad;
   Local::acceptor& acceptor = accept_->acceptor;
   acceptor.open(Local(), ec);
   if (!ec) acceptor.bind(Local::endpoint(path), ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     acceptor.close(ec);
-    return Fail(ErrorCode::kInternal, "cannot listen on control socket " + path + ": " + ec.message());
+    return Status::Internal("cannot listen on control socket " + path + ": " + ec.message());
   }
   listening_ = true;
   if (::chmod(path.c_str(), 0660) != 0) {
-    return Fail(ErrorCode::kInternal, "cannot set mode 0660 on control socket " + path + ": " + Errno());
+    return Status::Internal("cannot set mode 0660 on control socket " + path + ": " + Errno());
   }
   if (options_.socket_group && ::chown(path.c_str(), static_cast<uid_t>(-1), *options_.socket_group) != 0) {
-    return Fail(ErrorCode::kInternal, "cannot give control socket " + path + " to group " +
-                                          std::to_string(*options_.socket_group) + ": " + Errno());
+    return Status::Internal("cannot give control socket " + path + " to group " +
+                                std::to_string(*options_.socket_group) + ": " + Errno());
   }
   asio::co_spawn(io_, AcceptLoop(accept_), asio::detached);
   spdlog::info("control socket listening on {}", path);
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void ControlServer::BeginShutdown() { shutting_down_ = true; }
@@ -179,8 +179,8 @@ void ControlServer::RefuseOverLimit(Local::socket& socket, const PeerCredentials
                   std::to_string(credentials.uid));
   const std::string line =
       Answer(nullptr,
-             Fail(ErrorCode::kConflict, limit + ": " + std::to_string(connections_.size()) +
-                                            " control connections are open; retry after one closes"),
+             Status::Conflict(limit + ": " + std::to_string(connections_.size()) +
+                                  " control connections are open; retry after one closes"),
              {}) +
       "\n";
   // A fresh socket's send buffer is empty, so one short line fits without
@@ -195,18 +195,18 @@ void ControlServer::OnConnectionClosed(ControlConnection* connection) {
 
 std::string ControlServer::TooLargeResponse() {
   return Answer(nullptr,
-                Fail(ErrorCode::kTooLarge, "request line longer than " + std::to_string(kMaxControlLineBytes) +
-                                               " bytes; closing the connection"),
+                Status::TooLarge("request line longer than " + std::to_string(kMaxControlLineBytes) +
+                                     " bytes; closing the connection"),
                 {});
 }
 
-std::string ControlServer::Answer(const json::value& id, const ApiStatus& status, json::object fields) {
+std::string ControlServer::Answer(const json::value& id, const Status& status, json::object fields) {
   json::object out;
   out["id"] = id;
-  if (status) {
-    engines_.counters().Add(CounterFamily::kControlErrors, static_cast<size_t>(status->code));
+  if (!status.ok()) {
+    engines_.counters().Add(CounterFamily::kControlErrors, ApiErrorIndex(status));
     out["ok"] = false;
-    out["error"] = json::object{{"code", ErrorCodeName(status->code)}, {"message", status->message}};
+    out["error"] = json::object{{"code", ApiErrorCode(status)}, {"message", status.message()}};
   } else {
     out["ok"] = true;
     for (auto& field : fields) out.insert(std::move(field));  // never replaces id or ok
@@ -219,10 +219,10 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
   engines_.counters().Add(Counter::kRequests);
   boost::system::error_code ec;
   json::value parsed = json::parse(line.text, ec);
-  if (ec) co_return Answer(nullptr, Fail(ErrorCode::kBadRequest, "request is not valid JSON: " + ec.message()), {});
+  if (ec) co_return Answer(nullptr, Status::Invalid("request is not valid JSON: " + ec.message()), {});
   if (!parsed.is_object()) {
     co_return Answer(nullptr,
-                     Fail(ErrorCode::kBadRequest,
+                     Status::Invalid(
                           "request must be a JSON object, not " + std::string(JsonKind(parsed))),
                      {});
   }
@@ -231,140 +231,140 @@ asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlCo
   if (HasNonFiniteNumber(id)) {
     // Out of double range (e.g. 1e999999), even deep inside: echoing it
     // would print a token that is not JSON and break the client's framing.
-    co_return Answer(nullptr, Fail(ErrorCode::kBadRequest, "field 'id' is a number out of range; use a smaller one"),
+    co_return Answer(nullptr, Status::Invalid("field 'id' is a number out of range; use a smaller one"),
                      {});
   }
   const json::value* op = request.if_contains("op");
   if (op == nullptr || !op->is_string()) {
     const std::string problem = op == nullptr ? "is required" : "must be a string, not " + std::string(JsonKind(*op));
-    co_return Answer(id, Fail(ErrorCode::kBadRequest, "field 'op' " + problem), {});
+    co_return Answer(id, Status::Invalid("field 'op' " + problem), {});
   }
   // By op for the metrics; ops outside the API share one name, so a client
   // cannot add counters at will.
   const std::string_view op_name = op->get_string();
   engines_.counters().Add(CounterFamily::kControlRequests, ControlRequestLabel(op_name));
   json::object fields;
-  ApiStatus status;
+  Status status;
   try {
-    asio::awaitable<ApiStatus> dispatching =
+    asio::awaitable<Status> dispatching =
         Dispatch(connection, request, std::string(op->get_string()), line, &fields);
     status = co_await std::move(dispatching);
   } catch (const std::exception& e) {
-    status = Fail(ErrorCode::kInternal, std::string("internal error: ") + e.what());
+    status = Status::Internal(std::string("internal error: ") + e.what());
   }
   // A request may have waited (poll, connect); the server may be gone.
   if (connection->closed()) co_return std::string();
   co_return Answer(id, status, std::move(fields));
 }
 
-asio::awaitable<ApiStatus> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
-                                                   const json::object& request, std::string op, ControlLine& line,
-                                                   json::object* response) {
+asio::awaitable<Status> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
+                                                const json::object& request, std::string op, ControlLine& line,
+                                                json::object* response) {
   const ControlOp* row = FindControlOp(op);
   if (row == nullptr) co_return UnknownOp(op);
   OpCall call{*connection, request, line, connection->engine(), response};
-  if (ApiStatus refused = CheckOpAllowed(*row, shutting_down_, call.engine != nullptr)) co_return refused;
+  if (Status refused = CheckOpAllowed(*row, shutting_down_, call.engine != nullptr); !refused.ok()) co_return refused;
   ControlOpHandlers& handlers = *this;
-  asio::awaitable<ApiStatus> answering = (handlers.*row->handler)(call);
+  asio::awaitable<Status> answering = (handlers.*row->handler)(call);
   co_return co_await std::move(answering);  // connect and poll may wait: touches nothing of the server after
 }
 
-asio::awaitable<ApiStatus> ControlServer::Status(OpCall& call) {
+asio::awaitable<Status> ControlServer::NodeStatus(OpCall& call) {
   *call.response = StatusFields();
-  co_return std::nullopt;
+  co_return Status::Ok();
 }
 
-asio::awaitable<ApiStatus> ControlServer::Metrics(OpCall& call) {
+asio::awaitable<Status> ControlServer::Metrics(OpCall& call) {
   (*call.response)["text"] = MetricsText();
-  co_return std::nullopt;
+  co_return Status::Ok();
 }
 
-asio::awaitable<ApiStatus> ControlServer::Connect(OpCall& call) {
+asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
   RequestReader reader(call.request);
   std::string peer;
   reader.Peer("peer", &peer);
   if (!reader.ok()) co_return reader.status();
   PeerService* peers = engines_.peer_service();
-  if (peers == nullptr) co_return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running");
+  if (peers == nullptr) co_return Status::Internal("the peer side of the daemon is not running");
   // Shared with the callback, which may run after this request is gone.
   struct Wait {
     explicit Wait(asio::any_io_executor executor) : timer(std::move(executor)) {}
     asio::steady_timer timer;
-    std::optional<ApiStatus> result;
+    std::optional<Status> result;
   };
   auto wait = std::make_shared<Wait>(io_.get_executor());
-  peers->Connect(peer, [wait](ApiStatus status) {
-    wait->result = std::move(status);
-    wait->timer.cancel();
+  peers->Connect(peer, [wait](Status status) {
+ wait->result = std::move(status);
+ wait->timer.cancel();
   });
   if (!wait->result) {
     wait->timer.expires_after(kConnectCeiling);
     boost::system::error_code ec;
     co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
-  if (!wait->result) co_return Fail(ErrorCode::kPeerUnavailable, "peer " + peer + " did not become ready in time");
+  if (!wait->result) co_return Status::Unavailable("peer " + peer + " did not become ready in time");
   co_return *wait->result;
 }
 
-asio::awaitable<ApiStatus> ControlServer::Disconnect(OpCall& call) {
+asio::awaitable<Status> ControlServer::Disconnect(OpCall& call) {
   RequestReader reader(call.request);
   std::string peer;
   reader.Peer("peer", &peer);
   if (!reader.ok()) co_return reader.status();
   PeerService* peers = engines_.peer_service();
-  if (peers == nullptr) co_return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running");
+  if (peers == nullptr) co_return Status::Internal("the peer side of the daemon is not running");
   co_return peers->Disconnect(peer);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Hello(OpCall& call) {
+asio::awaitable<Status> ControlServer::Hello(OpCall& call) {
   ControlConnection& connection = call.connection;
   if (call.engine) {
-    co_return Fail(ErrorCode::kConflict, "this connection already said hello (engine '" + call.engine->client() +
-                                             "'); one hello per engine session");
+    co_return Status::Conflict("this connection already said hello (engine '" + call.engine->client() +
+                                   "'); one hello per engine session");
   }
   std::shared_ptr<EngineSession> session;
-  ApiStatus status = engines_.Hello(call.request, connection.credentials(), &session, call.response);
-  if (!status) connection.set_engine(std::move(session));
+  Status status = engines_.Hello(call.request, connection.credentials(), &session, call.response);
+  if (status.ok()) connection.set_engine(std::move(session));
   co_return status;
 }
 
 // The engine ops below need a hello: CheckOpAllowed has seen call.engine set.
-asio::awaitable<ApiStatus> ControlServer::RegisterRegion(OpCall& call) {
+asio::awaitable<Status> ControlServer::RegisterRegion(OpCall& call) {
   UniqueFd fd;
   if (!call.line.fds.empty()) fd = std::move(call.line.fds.front());
   co_return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Publish(OpCall& call) {
+asio::awaitable<Status> ControlServer::Publish(OpCall& call) {
   co_return call.engine->Publish(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Unpublish(OpCall& call) {
+asio::awaitable<Status> ControlServer::Unpublish(OpCall& call) {
   co_return call.engine->Unpublish(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Lookup(OpCall& call) {
+asio::awaitable<Status> ControlServer::Lookup(OpCall& call) {
   co_return call.engine->Lookup(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Flush(OpCall& call) {
+asio::awaitable<Status> ControlServer::Flush(OpCall& call) {
   co_return call.engine->Flush(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Load(OpCall& call) {
+asio::awaitable<Status> ControlServer::Load(OpCall& call) {
   co_return call.engine->Load(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Store(OpCall& call) {
+asio::awaitable<Status> ControlServer::Store(OpCall& call) {
   co_return call.engine->Store(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Finish(OpCall& call) {
+asio::awaitable<Status> ControlServer::Finish(OpCall& call) {
   co_return call.engine->Finish(call.request, call.response);
 }
 
-asio::awaitable<ApiStatus> ControlServer::Poll(OpCall& call) {
-  asio::awaitable<ApiStatus> polling = call.engine->Poll(call.request, call.response);
+asio::awaitable<Status> ControlServer::Poll(OpCall& call) {
+  asio::awaitable<Status> polling = call.engine->Poll(call.request, call.response);
   co_return co_await std::move(polling);  // call.engine keeps the session alive while it waits
 }
 

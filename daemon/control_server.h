@@ -64,7 +64,7 @@ class ControlServer : private ControlHandler, private ControlOpHandlers {
   // Binds the socket and starts accepting. kInternal naming the path and
   // the reason when the socket cannot be created (or another daemon is
   // listening on it).
-  ApiStatus Start();
+  Status Start();
   // From now on the ops the table marks as new work answer shutting_down;
   // the others still work so engines can collect the results of the drain
   // (docs/control-api.md, "Shutdown").
@@ -97,7 +97,7 @@ class ControlServer : private ControlHandler, private ControlOpHandlers {
   // Answers a connection beyond --max-control-connections with one
   // conflict line; the caller then drops (closes) it.
   void RefuseOverLimit(boost::asio::local::stream_protocol::socket& socket, const PeerCredentials& credentials);
-  ApiStatus RemoveStaleSocket() const;
+  Status RemoveStaleSocket() const;
 
   // ControlHandler.
   boost::asio::awaitable<std::string> HandleLine(std::shared_ptr<ControlConnection> connection,
@@ -107,12 +107,12 @@ class ControlServer : private ControlHandler, private ControlOpHandlers {
 
   // One parsed request; fills *response with the op's fields. Coroutine:
   // reference parameters must live in the caller's frame (op is a copy).
-  boost::asio::awaitable<ApiStatus> Dispatch(std::shared_ptr<ControlConnection> connection,
-                                             const boost::json::object& request, std::string op, ControlLine& line,
-                                             boost::json::object* response);
+  boost::asio::awaitable<Status> Dispatch(std::shared_ptr<ControlConnection> connection,
+                                          const boost::json::object& request, std::string op, ControlLine& line,
+                                          boost::json::object* response);
 
   // ControlOpHandlers: one per row of the op table.
-  OpAnswer Status(OpCall& call) override;
+  OpAnswer NodeStatus(OpCall& call) override;
   OpAnswer Metrics(OpCall& call) override;
   OpAnswer Connect(OpCall& call) override;
   OpAnswer Disconnect(OpCall& call) override;
@@ -129,7 +129,7 @@ class ControlServer : private ControlHandler, private ControlOpHandlers {
 
   boost::json::object StatusFields() const;
   // Counts the answer and turns it into its line.
-  std::string Answer(const boost::json::value& id, const ApiStatus& status, boost::json::object fields);
+  std::string Answer(const boost::json::value& id, const Status& status, boost::json::object fields);
 
   boost::asio::io_context& io_;
   ControlServerOptions options_;

@@ -17,11 +17,8 @@ std::vector<std::string_view> MakeLabels(CounterFamily family) {
       labels.push_back("unknown");
       break;
     case CounterFamily::kControlErrors:
-      // kInternal is ErrorCode's last enumerator (api_error.h); the label
-      // index of a code is its value (control_server.cc counts by it).
-      for (size_t code = 0; code <= static_cast<size_t>(ErrorCode::kInternal); ++code) {
-        labels.push_back(ErrorCodeName(static_cast<ErrorCode>(code)));
-      }
+      // control_server.cc counts by ApiErrorIndex, an index into this list.
+      labels.assign(kApiErrorCodes.begin(), kApiErrorCodes.end());
       break;
     case CounterFamily::kStoreFailures:
       labels.assign(kStoreFailureLabels.begin(), kStoreFailureLabels.end());

@@ -130,7 +130,7 @@ static_assert(static_cast<size_t>(kCounterFamilies[1].id) == 1 && static_cast<si
               "kCounterFamilies lists every CounterFamily, in order");
 
 // A family's label values, in label index order: every control op then
-// "unknown" (ControlOps()), every error code (ErrorCode), every store
+// "unknown" (ControlOps()), every error code (kApiErrorCodes), every store
 // failure label (kStoreFailureLabels).
 const std::vector<std::string_view>& CounterLabels(CounterFamily family);
 // The label index of control requests for `op_name`: its op, or unknown.

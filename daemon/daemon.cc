@@ -126,23 +126,20 @@ Daemon::~Daemon() = default;
 int Daemon::Run() {
   parts_ = std::make_unique<Parts>(io_, settings_);
   if (!settings_.tls_cert.empty()) {
-    std::string error;
-    auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca}, &error);
-    if (!tls) {
-      spdlog::error("cannot set up TLS for peer connections: {}", error);
+    auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca});
+    if (!tls.ok()) {
+      spdlog::error("cannot set up TLS for peer connections: {}", tls.status().message());
       return 1;
     }
-    parts_->peers.set_tls(std::move(tls));
+    parts_->peers.set_tls(std::move(tls).value());
     spdlog::info("peer connections use TLS 1.3 with mutual certificate verification (CA {})", settings_.tls_ca);
   }
-  uint16_t port = 0;
-  try {
-    port = parts_->peers.Listen();
-  } catch (const boost::system::system_error& error) {
-    spdlog::error("cannot listen on {}:{}: {}", settings_.listen.host, settings_.listen.port, error.what());
+  const StatusOr<uint16_t> port = parts_->peers.Listen();
+  if (!port.ok()) {
+    spdlog::error("cannot listen on {}:{}: {}", settings_.listen.host, settings_.listen.port, port.status().message());
     return 1;
   }
-  settings_.node_id = config::ResolveNodeId(settings_, port);
+  settings_.node_id = config::ResolveNodeId(settings_, *port);
   parts_->peers.set_node_id(settings_.node_id);
   parts_->engines.set_node_id(settings_.node_id);
 
@@ -156,15 +153,15 @@ int Daemon::Run() {
   options.allow_gids = settings_.allow_gids;
   options.max_connections = settings_.max_control_connections;
   parts_->control = std::make_unique<ControlServer>(io_, std::move(options), parts_->engines);
-  if (ApiStatus error = parts_->control->Start()) {
-    spdlog::error("cannot open control socket: {}", error->message);
+  if (Status error = parts_->control->Start(); !error.ok()) {
+    spdlog::error("cannot open control socket: {}", error.message());
     return 1;
   }
   if (settings_.metrics_listen) {
     parts_->metrics_http = std::make_unique<MetricsHttpServer>(io_, *settings_.metrics_listen,
                                                                [this] { return parts_->control->MetricsText(); });
-    if (std::string error = parts_->metrics_http->Start(); !error.empty()) {
-      spdlog::error("{}", error);
+    if (Status error = parts_->metrics_http->Start(); !error.ok()) {
+      spdlog::error("{}", error.message());
       return 1;
     }
   }

@@ -7,26 +7,26 @@ namespace kvpeer::daemon {
 namespace json = boost::json;
 using protocol::BlockIndex;
 
-ApiStatus EngineJobs::CheckJobIdFree(int64_t job_id) const {
-  if (!jobs_.contains(job_id)) return std::nullopt;
-  return Fail(ErrorCode::kConflict,
+Status EngineJobs::CheckJobIdFree(int64_t job_id) const {
+  if (!jobs_.contains(job_id)) return Status::Ok();
+  return Status::Conflict(
               "job_id " + std::to_string(job_id) + " is still in use: its result has not been delivered by poll yet");
 }
 
-ApiStatus EngineJobs::CheckLoadSlots(const std::vector<BlockIndex>& slots) const {
+Status EngineJobs::CheckLoadSlots(const std::vector<BlockIndex>& slots) const {
   std::unordered_map<BlockIndex, size_t> seen;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (auto [it, fresh] = seen.emplace(slots[i], i); !fresh) {
-      return Fail(ErrorCode::kBadRequest, "field 'block_ids' names slot " + std::to_string(slots[i]) +
-                                              " twice (items " + std::to_string(it->second) + " and " +
-                                              std::to_string(i) + "); each destination slot takes one block");
+      return Status::Invalid("field 'block_ids' names slot " + std::to_string(slots[i]) +
+                                 " twice (items " + std::to_string(it->second) + " and " +
+                                 std::to_string(i) + "); each destination slot takes one block");
     }
     if (auto busy = load_slots_.find(slots[i]); busy != load_slots_.end()) {
-      return Fail(ErrorCode::kConflict, "block id " + std::to_string(slots[i]) + " is a destination of load job_id " +
-                                            std::to_string(busy->second) + ", still in flight");
+      return Status::Conflict("block id " + std::to_string(slots[i]) + " is a destination of load job_id " +
+                                  std::to_string(busy->second) + ", still in flight");
     }
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void EngineJobs::AddLoad(int64_t job_id, session::JobId node_job, const std::string& kv_request_id,

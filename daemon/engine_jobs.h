@@ -34,9 +34,9 @@ class EngineJobs {
   explicit EngineJobs(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
 
   // conflict when `job_id` has no delivered result yet.
-  ApiStatus CheckJobIdFree(int64_t job_id) const;
+  Status CheckJobIdFree(int64_t job_id) const;
   // bad_request for a slot named twice, conflict for a slot of a load in flight.
-  ApiStatus CheckLoadSlots(const std::vector<protocol::BlockIndex>& slots) const;
+  Status CheckLoadSlots(const std::vector<protocol::BlockIndex>& slots) const;
 
   // REQUIRES: the checks above passed.
   void AddLoad(int64_t job_id, session::JobId node_job, const std::string& kv_request_id,

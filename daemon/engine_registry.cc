@@ -18,8 +18,8 @@ EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel&
 
 EngineRegistry::~EngineRegistry() = default;
 
-ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentials& credentials,
-                                std::shared_ptr<EngineSession>* session, json::object* response) {
+Status EngineRegistry::Hello(const json::object& request, const PeerCredentials& credentials,
+                             std::shared_ptr<EngineSession>* session, json::object* response) {
   RequestReader reader(request);
   std::string client;
   ModelSettings settings;
@@ -29,10 +29,10 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
   reader.IdString("hash_seed", &settings.hash_seed);
   if (!reader.ok()) return reader.status();
   if (settings.block_len == 0) {
-    return Fail(ErrorCode::kBadRequest, "field 'block_len' must be an integer in 1 ..= " +
-                                            std::to_string(protocol::kMaxBlockLen) + ", is 0");
+    return Status::Invalid("field 'block_len' must be an integer in 1 ..= " +
+                               std::to_string(protocol::kMaxBlockLen) + ", is 0");
   }
-  if (ApiStatus incompatible = model_.CheckOrAdopt(settings)) return incompatible;
+  if (Status incompatible = model_.CheckOrAdopt(settings); !incompatible.ok()) return incompatible;
   if (max_engines_ != 0 && engines_.size() >= max_engines_) {
     // conflict: the request is valid but the node's state refuses it; it
     // succeeds once another engine session has ended.
@@ -41,7 +41,7 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
                             " engine sessions; one must end first, or raise --max-engines";
     limits_.Hit(&counters_, Counter::kLimitMaxEngines,
                 "engine '" + client + "' (pid " + std::to_string(credentials.pid) + ") refused: " + why);
-    return Fail(ErrorCode::kConflict, why);
+    return Status::Conflict(why);
   }
 
   const EngineId id = next_engine_++;
@@ -52,7 +52,7 @@ ApiStatus EngineRegistry::Hello(const json::object& request, const PeerCredentia
   (*response)["node_id"] = node_id_;
   (*response)["version"] = kVersion;
   (*response)["wire_version"] = kWireVersion;
-  return std::nullopt;
+  return Status::Ok();
 }
 
 session::JobId EngineRegistry::AddRoute(EngineId engine, int64_t engine_job) {
@@ -135,19 +135,19 @@ void EngineRegistry::ReleaseSupply(const std::string& kv_request_id, EngineId en
   if (owner != supply_owners_.end() && owner->second == engine) supply_owners_.erase(owner);
 }
 
-ApiStatus EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge) {
+Status EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge) {
   const uint64_t mapped = *region_bytes_;
   if (max_region_bytes_ != 0 && (bytes > max_region_bytes_ || mapped > max_region_bytes_ - bytes)) {
     const std::string why = "max-region-bytes (" + std::to_string(max_region_bytes_) + ") reached: " +
                             std::to_string(mapped) + " bytes of engine regions are mapped and this region needs " +
                             std::to_string(bytes) + "; a smaller region, or raise --max-region-bytes";
     limits_.Hit(&counters_, Counter::kLimitMaxRegionBytes, "register_region refused: " + why);
-    return Fail(ErrorCode::kConflict, why);
+    return Status::Conflict(why);
   }
   *region_bytes_ += bytes;
   std::shared_ptr<uint64_t> total = region_bytes_;
   *charge = std::shared_ptr<const void>(nullptr, [total, bytes](const void*) { *total -= bytes; });
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void EngineRegistry::Unregister(EngineId engine) { engines_.erase(engine); }

@@ -71,8 +71,8 @@ class EngineRegistry : public ResultSink {
   // The `hello` op: checks the engine's settings against the node's and
   // opens its session. On success *session is set and *response holds
   // node_id, version and wire_version.
-  ApiStatus Hello(const boost::json::object& request, const PeerCredentials& credentials,
-                  std::shared_ptr<EngineSession>* session, boost::json::object* response);
+  Status Hello(const boost::json::object& request, const PeerCredentials& credentials,
+               std::shared_ptr<EngineSession>* session, boost::json::object* response);
 
   // ResultSink.
   void OnLoadResult(const session::JobResult& result) override;
@@ -113,7 +113,7 @@ class EngineRegistry : public ResultSink {
   // the limit when it does not fit. On success *charge holds the bytes
   // until it is destroyed (the region holds it, so a region still mapped
   // for a transfer after its engine left still counts).
-  ApiStatus ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge);
+  Status ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge);
   // Bytes of engine regions mapped now.
   uint64_t region_bytes() const { return *region_bytes_; }
   // The session is closing; it gets nothing more.

@@ -21,7 +21,7 @@ constexpr uint64_t kMaxNumBlocks = uint64_t{1} << 31;
 constexpr uint64_t kMaxWaitMs = 60000;
 constexpr size_t kMaxPathChars = 4096;
 
-ApiStatus PeerSideMissing() { return Fail(ErrorCode::kInternal, "the peer side of the daemon is not running"); }
+Status PeerSideMissing() { return Status::Internal("the peer side of the daemon is not running"); }
 
 const char* AnswerName(session::ProbeAnswer answer) {
   switch (answer) {
@@ -64,7 +64,7 @@ EngineSession::EngineSession(EngineRegistry& registry, EngineId id, std::string 
 
 EngineSession::~EngineSession() { Close(); }
 
-ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, json::object* response) {
+Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, json::object* response) {
   RequestReader reader(request);
   std::optional<bool> by_fd;
   std::optional<std::string> path;
@@ -77,18 +77,18 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
   if (!reader.ok()) return reader.status();
   const bool use_fd = by_fd.value_or(false);
   if (use_fd == path.has_value()) {
-    return Fail(ErrorCode::kBadRequest, use_fd ? "give either 'path' or 'fd': true, not both"
-                                               : "field 'path' is required (or 'fd': true with the descriptor "
-                                                 "passed with this line via SCM_RIGHTS)");
+    return Status::Invalid(use_fd ? "give either 'path' or 'fd': true, not both"
+                                  : "field 'path' is required (or 'fd': true with the descriptor "
+                                    "passed with this line via SCM_RIGHTS)");
   }
-  if (num_blocks == 0) return Fail(ErrorCode::kBadRequest, "field 'num_blocks' must be at least 1, is 0");
+  if (num_blocks == 0) return Status::Invalid("field 'num_blocks' must be at least 1, is 0");
   if (use_fd && !fd.valid()) {
-    return Fail(ErrorCode::kBadRequest, "'fd': true but no file descriptor came with this line (send it with "
-                                        "SCM_RIGHTS in the same sendmsg as the line's first byte)");
+    return Status::Invalid("'fd': true but no file descriptor came with this line (send it with "
+                           "SCM_RIGHTS in the same sendmsg as the line's first byte)");
   }
   if (region_) {
-    return Fail(ErrorCode::kConflict, "a region (region_id " + std::to_string(region_id_) +
-                                          ") is already registered; one region per engine session");
+    return Status::Conflict("a region (region_id " + std::to_string(region_id_) +
+                                ") is already registered; one region per engine session");
   }
   const RegionShape shape{num_blocks, block_len_, offset.value_or(0)};
   // The mapped size counts against --max-region-bytes, checked before
@@ -97,10 +97,10 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
   std::shared_ptr<const void> charge;
   uint64_t bytes = 0;
   if (!__builtin_mul_overflow(num_blocks, block_len_, &bytes)) {
-    if (ApiStatus full = registry_.ChargeRegion(bytes, &charge)) return full;
+    if (Status full = registry_.ChargeRegion(bytes, &charge); !full.ok()) return full;
   }
   std::shared_ptr<ShmRegion> region;
-  ApiStatus mapped;
+  Status mapped;
   if (use_fd) {
     mapped = ShmRegion::MapFd(fd.get(), shape, &region);
   } else {
@@ -109,7 +109,7 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
     // engine could not read itself.
     mapped = ShmRegion::MapPath(*path, shape, credentials_.uid, &region);
   }
-  if (mapped) return mapped;
+  if (!mapped.ok()) return mapped;
   region->Hold(std::move(charge));
 
   region_ = std::move(region);
@@ -122,33 +122,33 @@ ApiStatus EngineSession::RegisterRegion(const json::object& request, UniqueFd fd
                block_len_, use_fd ? "passed descriptor" : *path);
   (*response)["region_id"] = region_id_;
   (*response)["bytes"] = region_->bytes();
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::CheckRegion(std::string_view op) const {
-  if (region_) return std::nullopt;
-  return Fail(ErrorCode::kNoRegion, std::string(op) + " needs a region: send register_region first");
+Status EngineSession::CheckRegion(std::string_view op) const {
+  if (region_) return Status::Ok();
+  return Status::NoRegion(std::string(op) + " needs a region: send register_region first");
 }
 
-ApiStatus EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<BlockIndex>* slots) const {
+Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<BlockIndex>* slots) const {
   slots->clear();
   slots->reserve(block_ids.size());
   for (size_t i = 0; i < block_ids.size(); ++i) {
     if (block_ids[i] >= region_->num_blocks()) {
-      return Fail(ErrorCode::kOutOfRange, "block_ids[" + std::to_string(i) + "] is " + std::to_string(block_ids[i]) +
-                                              ", not below the region's num_blocks " +
-                                              std::to_string(region_->num_blocks()));
+      return Status::OutOfRange("block_ids[" + std::to_string(i) + "] is " + std::to_string(block_ids[i]) +
+                                    ", not below the region's num_blocks " +
+                                    std::to_string(region_->num_blocks()));
     }
     slots->push_back(static_cast<BlockIndex>(block_ids[i]));
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::CheckKvFree(const std::string& peer, const std::string& kv_request_id) const {
+Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv_request_id) const {
   std::optional<EngineId> user = registry_.KvUser(peer, kv_request_id);
-  if (!user || *user == id_) return std::nullopt;
-  return Fail(ErrorCode::kConflict, "kv_request_id '" + kv_request_id + "' towards peer " + peer +
-                                        " is in use by another engine of this node");
+  if (!user || *user == id_) return Status::Ok();
+  return Status::Conflict("kv_request_id '" + kv_request_id + "' towards peer " + peer +
+                              " is in use by another engine of this node");
 }
 
 bool EngineSession::Claim(const std::string& peer, const std::string& kv_request_id) {
@@ -162,7 +162,7 @@ void EngineSession::Unclaim(const std::string& peer, const std::string& kv_reque
   kv_claims_.erase({peer, kv_request_id});
 }
 
-ApiStatus EngineSession::Publish(const json::object& request, json::object* response) {
+Status EngineSession::Publish(const json::object& request, json::object* response) {
   RequestReader reader(request);
   std::vector<protocol::Key> keys;
   std::vector<uint64_t> block_ids;
@@ -172,14 +172,14 @@ ApiStatus EngineSession::Publish(const json::object& request, json::object* resp
   reader.OptionalBool("seal", &seal);
   reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
   if (!reader.ok()) return reader.status();
-  if (ApiStatus bad = CheckRegion("publish")) return bad;
+  if (Status bad = CheckRegion("publish"); !bad.ok()) return bad;
   std::vector<BlockIndex> slots;
-  if (ApiStatus bad = CheckBlockIds(block_ids, &slots)) return bad;
+  if (Status bad = CheckBlockIds(block_ids, &slots); !bad.ok()) return bad;
   (*response)["published"] = registry_.index().Publish(id_, keys, slots, seal.value_or(false));
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::Unpublish(const json::object& request, json::object* response) {
+Status EngineSession::Unpublish(const json::object& request, json::object* response) {
   RequestReader reader(request);
   std::vector<protocol::Key> keys;
   reader.Keys("keys", 0, &keys);
@@ -187,10 +187,10 @@ ApiStatus EngineSession::Unpublish(const json::object& request, json::object* re
   UnpublishResult result = registry_.index().Unpublish(id_, keys);
   (*response)["released"] = ToArray(result.released);
   (*response)["pinned"] = ToArray(result.pinned);
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::Lookup(const json::object& request, json::object* response) {
+Status EngineSession::Lookup(const json::object& request, json::object* response) {
   RequestReader reader(request);
   std::string peer;
   std::string kv_request_id;
@@ -203,38 +203,38 @@ ApiStatus EngineSession::Lookup(const json::object& request, json::object* respo
   if (!reader.ok()) return reader.status();
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
-  if (ApiStatus busy = CheckKvFree(peer, kv_request_id)) return busy;
+  if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
 
   // Claimed before the call: the peer side may report the request failed
   // from inside it.
   const bool claimed = Claim(peer, kv_request_id);
   std::vector<session::ProbeAnswer> answers;
-  if (ApiStatus failed = peers->Lookup(peer, kv_request_id, keys, flush.value_or(false), &answers)) {
+  if (Status failed = peers->Lookup(peer, kv_request_id, keys, flush.value_or(false), &answers); !failed.ok()) {
     if (claimed) Unclaim(peer, kv_request_id);
     return failed;
   }
   kv_ids_.insert(kv_request_id);
   if (answers.size() != keys.size()) {
-    return Fail(ErrorCode::kInternal, "the peer side answered " + std::to_string(answers.size()) + " of " +
-                                          std::to_string(keys.size()) + " probes");
+    return Status::Internal("the peer side answered " + std::to_string(answers.size()) + " of " +
+                                std::to_string(keys.size()) + " probes");
   }
   json::array results;
   for (session::ProbeAnswer answer : answers) results.emplace_back(AnswerName(answer));
   (*response)["results"] = std::move(results);
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::Flush(const json::object&, json::object* response) {
+Status EngineSession::Flush(const json::object&, json::object* response) {
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
   (*response)["sent"] = peers->FlushLookups();
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // The fields load and store share, checked in one order for both: field
 // types first, then the region, the slots and the job id.
-ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view op, std::string* peer,
-                                 JobRequest* job) const {
+Status EngineSession::ReadJob(const json::object& request, std::string_view op, std::string* peer,
+                              JobRequest* job) const {
   RequestReader reader(request);
   std::vector<uint64_t> block_ids;
   reader.Int("job_id", &job->job_id);
@@ -248,8 +248,8 @@ ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view o
   reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
   if (!reader.ok()) return reader.status();
   if (Peers() == nullptr) return PeerSideMissing();
-  if (ApiStatus bad = CheckRegion(op)) return bad;
-  if (ApiStatus bad = CheckBlockIds(block_ids, &job->slots)) return bad;
+  if (Status bad = CheckRegion(op); !bad.ok()) return bad;
+  if (Status bad = CheckBlockIds(block_ids, &job->slots); !bad.ok()) return bad;
   return jobs_.CheckJobIdFree(job->job_id);
 }
 
@@ -257,39 +257,39 @@ ApiStatus EngineSession::ReadJob(const json::object& request, std::string_view o
 // by a peer's round that hit a key published there or by a store job
 // without its result. Loading into it would serve that peer the new bytes
 // under the old key (issue 11, finding 5). One index lookup per slot.
-ApiStatus EngineSession::CheckSlotsUnpinned(const std::vector<BlockIndex>& slots) const {
+Status EngineSession::CheckSlotsUnpinned(const std::vector<BlockIndex>& slots) const {
   for (BlockIndex slot : slots) {
     if (registry_.index().live_pins(id_, slot) == 0) continue;
-    return Fail(ErrorCode::kConflict,
+    return Status::Conflict(
                 "block id " + std::to_string(slot) +
                     " is pinned: a peer's transfer is reading it, or it is a slot of a store job still without "
                     "its result; unpublish its key and load into it once a poll's `released` event names it, or "
                     "once the store's result has arrived");
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::Load(const json::object& request, json::object*) {
+Status EngineSession::Load(const json::object& request, json::object*) {
   JobRequest job;
   std::string peer;
-  if (ApiStatus bad = ReadJob(request, "load", &peer, &job)) return bad;
+  if (Status bad = ReadJob(request, "load", &peer, &job); !bad.ok()) return bad;
   PeerService* peers = Peers();
   const int64_t job_id = job.job_id;
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
   std::vector<BlockIndex>& slots = job.slots;
-  if (ApiStatus busy = jobs_.CheckLoadSlots(slots)) return busy;
-  if (ApiStatus busy = CheckSlotsUnpinned(slots)) return busy;
-  if (ApiStatus busy = CheckKvFree(peer, kv_request_id)) return busy;
+  if (Status busy = jobs_.CheckLoadSlots(slots); !busy.ok()) return busy;
+  if (Status busy = CheckSlotsUnpinned(slots); !busy.ok()) return busy;
+  if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
 
   // Recorded before the call: the peer side may deliver the result (e.g. a
   // peer in backoff fails the load at once) from inside it.
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddLoad(job_id, node_job, kv_request_id, slots);
   const bool claimed = Claim(peer, kv_request_id);
-  ApiStatus failed =
+  Status failed =
       peers->Load(node_job, peer, kv_request_id, std::move(keys), std::move(slots), MakeSlotSink(region_));
-  if (failed) {
+  if (!failed.ok()) {
     // No result is owed: undo everything this request did.
     registry_.DropRoute(node_job);
     jobs_.Remove(job_id, node_job);
@@ -298,21 +298,21 @@ ApiStatus EngineSession::Load(const json::object& request, json::object*) {
   }
   kv_ids_.insert(kv_request_id);
   registry_.counters().Add(Counter::kLoadsSubmitted);
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::Store(const json::object& request, json::object*) {
+Status EngineSession::Store(const json::object& request, json::object*) {
   JobRequest job;
-  if (ApiStatus bad = ReadJob(request, "store", nullptr, &job)) return bad;
+  if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) return bad;
   PeerService* peers = Peers();
   const int64_t job_id = job.job_id;
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
   const std::vector<BlockIndex>& slots = job.slots;
   if (std::optional<EngineId> owner = registry_.SupplyOwner(kv_request_id); owner && *owner != id_) {
-    return Fail(ErrorCode::kConflict, "kv_request_id '" + kv_request_id +
-                                          "' has supply from another engine of this node; a request's supply is "
-                                          "its engine's");
+    return Status::Conflict("kv_request_id '" + kv_request_id +
+                                "' has supply from another engine of this node; a request's supply is "
+                                "its engine's");
   }
 
   registry_.ClaimSupply(kv_request_id, id_);
@@ -330,10 +330,10 @@ ApiStatus EngineSession::Store(const json::object& request, json::object*) {
   }  // from here on only the pins hold the guard
   registry_.counters().Add(Counter::kStoresSubmitted);
   peers->Store(node_job, kv_request_id, std::move(keys), std::move(pins));
-  return std::nullopt;
+  return Status::Ok();
 }
 
-ApiStatus EngineSession::Finish(const json::object& request, json::object*) {
+Status EngineSession::Finish(const json::object& request, json::object*) {
   RequestReader reader(request);
   std::string kv_request_id;
   reader.IdString("kv_request_id", &kv_request_id);
@@ -348,7 +348,7 @@ ApiStatus EngineSession::Finish(const json::object& request, json::object*) {
   }
   kv_ids_.erase(kv_request_id);
   if (stored_kv_ids_.erase(kv_request_id) > 0) registry_.ReleaseSupply(kv_request_id, id_);
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void EngineSession::FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const {
@@ -359,7 +359,7 @@ void EngineSession::FinishOnPeers(PeerService& peers, const std::string& kv_requ
   peers.Finish(kv_request_id, client_peers, stored_kv_ids_.contains(kv_request_id));
 }
 
-boost::asio::awaitable<ApiStatus> EngineSession::Poll(const json::object& request, json::object* response) {
+boost::asio::awaitable<Status> EngineSession::Poll(const json::object& request, json::object* response) {
   RequestReader reader(request);
   std::optional<uint64_t> wait_ms;
   reader.OptionalUint("wait_ms", kMaxWaitMs, &wait_ms);
@@ -372,7 +372,7 @@ boost::asio::awaitable<ApiStatus> EngineSession::Poll(const json::object& reques
     poll_waiting_ = false;
   }
   jobs_.TakeReport(response);
-  co_return std::nullopt;
+  co_return Status::Ok();
 }
 
 void EngineSession::Wake() {

@@ -51,17 +51,17 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // Engine ops. `request` is the whole request object; on success the
   // op's fields are added to *response. `fd` is the descriptor passed with
   // the request's line (SCM_RIGHTS), if any.
-  ApiStatus RegisterRegion(const boost::json::object& request, UniqueFd fd, boost::json::object* response);
-  ApiStatus Publish(const boost::json::object& request, boost::json::object* response);
-  ApiStatus Unpublish(const boost::json::object& request, boost::json::object* response);
-  ApiStatus Lookup(const boost::json::object& request, boost::json::object* response);
-  ApiStatus Flush(const boost::json::object& request, boost::json::object* response);
-  ApiStatus Load(const boost::json::object& request, boost::json::object* response);
-  ApiStatus Store(const boost::json::object& request, boost::json::object* response);
-  ApiStatus Finish(const boost::json::object& request, boost::json::object* response);
+  Status RegisterRegion(const boost::json::object& request, UniqueFd fd, boost::json::object* response);
+  Status Publish(const boost::json::object& request, boost::json::object* response);
+  Status Unpublish(const boost::json::object& request, boost::json::object* response);
+  Status Lookup(const boost::json::object& request, boost::json::object* response);
+  Status Flush(const boost::json::object& request, boost::json::object* response);
+  Status Load(const boost::json::object& request, boost::json::object* response);
+  Status Store(const boost::json::object& request, boost::json::object* response);
+  Status Finish(const boost::json::object& request, boost::json::object* response);
   // Waits up to `wait_ms` for something to report unless something already
   // is (or waits are cut, see CutWaits).
-  boost::asio::awaitable<ApiStatus> Poll(const boost::json::object& request, boost::json::object* response);
+  boost::asio::awaitable<Status> Poll(const boost::json::object& request, boost::json::object* response);
 
   // From now on polls do not wait, and a waiting poll returns at once: the
   // connection has seen end of input, so nobody may be left to wait for.
@@ -89,7 +89,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   class StoreGuard;
 
   // Region present, ids in range (out_of_range), into *slots.
-  ApiStatus CheckRegion(std::string_view op) const;
+  Status CheckRegion(std::string_view op) const;
   struct JobRequest {
     int64_t job_id = 0;
     std::string kv_request_id;
@@ -98,13 +98,13 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
     bool seal = false;  // store's `seal`: the slots' checksums are kept from now
   };
   // Reads and checks what load (with `peer`) and store (peer null) share.
-  ApiStatus ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
-                    JobRequest* job) const;
-  ApiStatus CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::BlockIndex>* slots) const;
+  Status ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
+                 JobRequest* job) const;
+  Status CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::BlockIndex>* slots) const;
   // conflict naming the first of `slots` with live pins of this engine.
-  ApiStatus CheckSlotsUnpinned(const std::vector<protocol::BlockIndex>& slots) const;
+  Status CheckSlotsUnpinned(const std::vector<protocol::BlockIndex>& slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
-  ApiStatus CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
+  Status CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
   // Claims (peer, kv_request_id) for this engine; true when newly claimed.
   bool Claim(const std::string& peer, const std::string& kv_request_id);
   void Unclaim(const std::string& peer, const std::string& kv_request_id);

@@ -4,10 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "base/hex.h"
 #include "base/host_port.h"
 #include "base/utf8.h"
-#include "protocol/codec.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
 
@@ -24,39 +22,37 @@ Broken NotA(std::string_view wanted, const json::value& value) {
   return "must be " + std::string(wanted) + ", not " + std::string(JsonKind(value));
 }
 
-// Boost.JSON has already rejected invalid UTF-8, so each code point has
-// exactly one byte that is not a continuation byte.
-size_t CountChars(std::string_view utf8) {
-  return static_cast<size_t>(
-      std::count_if(utf8.begin(), utf8.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
-
 Broken ParseUint(const json::value& value, uint64_t max, uint64_t* out) {
   const std::string wanted = "an integer in 0 ..= " + std::to_string(max);
-  if (const uint64_t* u = value.if_uint64()) {
-    *out = *u;
-  } else if (const int64_t* i = value.if_int64()) {
-    if (*i < 0) return "must be " + wanted + ", is " + std::to_string(*i);
-    *out = static_cast<uint64_t>(*i);
-  } else {
-    return NotA(wanted, value);
+  switch (protocol::CheckInteger(value, protocol::IntegerRule{0, max}, out)) {
+    case protocol::IntegerVerdict::kOk:
+      return std::nullopt;
+    case protocol::IntegerVerdict::kNotAnInteger:
+    case protocol::IntegerVerdict::kFractional:
+      break;
+    case protocol::IntegerVerdict::kNegative:
+      return "must be " + wanted + ", is " + std::to_string(value.get_int64());
+    case protocol::IntegerVerdict::kOutOfRange:
+      return "must be " + wanted + ", is " + std::to_string(*out);
   }
-  if (*out > max) return "must be " + wanted + ", is " + std::to_string(*out);
-  return std::nullopt;
+  return NotA(wanted, value);
 }
 
 Broken ParseKey(const json::value& value, protocol::Key* out) {
-  const json::string* text = value.if_string();
-  if (text == nullptr) return NotA("a string of lowercase hex digits", value);
-  constexpr size_t kMaxDigits = 2 * protocol::kMaxKeyBytes;
-  if (text->empty() || text->size() > kMaxDigits) {
-    return "must have 2 ..= " + std::to_string(kMaxDigits) + " hex digits, has " + std::to_string(text->size());
+  switch (protocol::CheckKey(value, out).verdict) {
+    case protocol::KeyVerdict::kOk:
+      return std::nullopt;
+    case protocol::KeyVerdict::kNotAString:
+      break;
+    case protocol::KeyVerdict::kBadLength:
+      return "must have 2 ..= " + std::to_string(2 * protocol::kMaxKeyBytes) + " hex digits, has " +
+             std::to_string(value.get_string().size());
+    case protocol::KeyVerdict::kNotHex:
+    case protocol::KeyVerdict::kOddDigits:
+      return "must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
+             Utf8Prefix(value.get_string(), 64) + "'";
   }
-  if (!DecodeHex(*text, out)) {
-    return "must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
-           Utf8Prefix(*text, 64) + "'";
-  }
-  return std::nullopt;
+  return NotA("a string of lowercase hex digits", value);
 }
 
 Broken ParsePeer(const json::value& value, std::string* out) {
@@ -71,21 +67,26 @@ Broken ParsePeer(const json::value& value, std::string* out) {
   return std::nullopt;
 }
 
+// Why a list was refused: the list as a whole (its kind or length), or the
+// item at `item`.
+struct ListProblem {
+  std::optional<size_t> item;
+  std::string rule;
+};
+
 template <typename T, typename Parse>
-Broken ParseList(const json::value& value, size_t min_items, std::string_view item_kind, Parse parse,
-                 std::vector<T>* out, size_t* bad_index) {
+std::optional<ListProblem> ParseList(const json::value& value, size_t min_items, std::string_view item_kind,
+                                     Parse parse, std::vector<T>* out) {
   const json::array* items = value.if_array();
-  if (items == nullptr) return NotA("an array of " + std::string(item_kind), value);
+  if (items == nullptr) return ListProblem{std::nullopt, *NotA("an array of " + std::string(item_kind), value)};
   if (items->size() < min_items || items->size() > protocol::kMaxListItems) {
-    return "must have " + std::to_string(min_items) + " ..= " + std::to_string(protocol::kMaxListItems) +
-           " items, has " + std::to_string(items->size());
+    return ListProblem{std::nullopt, "must have " + std::to_string(min_items) + " ..= " +
+                                         std::to_string(protocol::kMaxListItems) + " items, has " +
+                                         std::to_string(items->size())};
   }
   std::vector<T> parsed(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
-    if (Broken broken = parse((*items)[i], &parsed[i])) {
-      *bad_index = i;
-      return broken;
-    }
+    if (Broken broken = parse((*items)[i], &parsed[i])) return ListProblem{i, std::move(*broken)};
   }
   *out = std::move(parsed);
   return std::nullopt;
@@ -109,30 +110,22 @@ bool HasNonFiniteNumber(const json::value& value) {
 }
 
 std::string_view JsonKind(const json::value& value) {
-  switch (value.kind()) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "a bool";
-    case json::kind::int64:
-    case json::kind::uint64: return "an integer";
-    case json::kind::double_: return "a number with a fraction or exponent";
-    case json::kind::string: return "a string";
-    case json::kind::array: return "an array";
-    case json::kind::object: return "an object";
-  }
-  return "a JSON value";
+  // Engines write JSON by hand more than peers do: name the number's form.
+  if (value.is_double()) return "a number with a fraction or exponent";
+  return protocol::JsonKindName(value);
 }
 
 void RequestReader::Fail(std::string_view name, const std::string& rule) {
-  if (!status_) status_ = ApiError{ErrorCode::kBadRequest, "field '" + std::string(name) + "' " + rule};
+  if (status_.ok()) status_ = Status::Invalid("field '" + std::string(name) + "' " + rule);
 }
 
 const json::value* RequestReader::Present(std::string_view name) {
-  if (status_) return nullptr;
+  if (!status_.ok()) return nullptr;
   return request_.if_contains(name);
 }
 
 const json::value* RequestReader::Required(std::string_view name) {
-  if (status_) return nullptr;
+  if (!status_.ok()) return nullptr;
   const json::value* value = request_.if_contains(name);
   if (value == nullptr) Fail(name, "is required");
   return value;
@@ -143,7 +136,7 @@ void RequestReader::String(std::string_view name, size_t min_chars, size_t max_c
   if (value == nullptr) return;
   const json::string* text = value->if_string();
   if (text == nullptr) return Fail(name, *NotA("a string", *value));
-  const size_t chars = CountChars(*text);
+  const size_t chars = protocol::CountCodePoints(*text);
   if (chars < min_chars || chars > max_chars) {
     return Fail(name, "must be " + std::to_string(min_chars) + " ..= " + std::to_string(max_chars) +
                           " characters long, has " + std::to_string(chars));
@@ -196,11 +189,9 @@ void RequestReader::Bool(std::string_view name, bool* out) {
 void RequestReader::Keys(std::string_view name, size_t min_items, std::vector<protocol::Key>* out) {
   const json::value* value = Required(name);
   if (value == nullptr) return;
-  size_t bad = 0;
-  if (Broken broken = ParseList(*value, min_items, "lowercase hex strings", ParseKey, out, &bad)) {
-    const bool item = value->is_array() && bad < value->get_array().size() &&
-                      broken->rfind("must have", 0) != 0;
-    Fail(item ? std::string(name) + "[" + std::to_string(bad) + "]" : std::string(name), *broken);
+  if (std::optional<ListProblem> problem = ParseList(*value, min_items, "lowercase hex strings", ParseKey, out)) {
+    if (!problem->item) return Fail(name, problem->rule);
+    Fail(std::string(name) + "[" + std::to_string(*problem->item) + "]", problem->rule);
   }
 }
 
@@ -210,12 +201,12 @@ void RequestReader::BlockIds(std::string_view name, size_t min_items, std::vecto
   auto parse = [](const json::value& item, uint64_t* id) {
     return ParseUint(item, std::numeric_limits<uint64_t>::max(), id);
   };
-  size_t bad = 0;
-  if (Broken broken = ParseList(*value, min_items, "integers", parse, out, &bad)) {
-    if (!value->is_array() || broken->rfind("must have", 0) == 0) return Fail(name, *broken);
-    Fail(name, "must be an array of non-negative integers; item " + std::to_string(bad) + " is " +
-                   std::string(JsonKind(value->get_array()[bad])) +
-                   (value->get_array()[bad].is_int64() ? " below 0" : ""));
+  if (std::optional<ListProblem> problem = ParseList(*value, min_items, "integers", parse, out)) {
+    if (!problem->item) return Fail(name, problem->rule);
+    const json::value& item = value->get_array()[*problem->item];
+    // The engine reads one sentence about the list rather than the item's own rule.
+    Fail(name, "must be an array of non-negative integers; item " + std::to_string(*problem->item) + " is " +
+                   std::string(JsonKind(item)) + (item.is_int64() ? " below 0" : ""));
   }
 }
 
@@ -223,14 +214,14 @@ void RequestReader::OptionalUint(std::string_view name, uint64_t max, std::optio
   if (Present(name) == nullptr) return;
   uint64_t parsed = 0;
   Uint(name, max, &parsed);
-  if (!status_) *out = parsed;
+  if (status_.ok()) *out = parsed;
 }
 
 void RequestReader::OptionalBool(std::string_view name, std::optional<bool>* out) {
   if (Present(name) == nullptr) return;
   bool parsed = false;
   Bool(name, &parsed);
-  if (!status_) *out = parsed;
+  if (status_.ok()) *out = parsed;
 }
 
 void RequestReader::OptionalString(std::string_view name, size_t min_chars, size_t max_chars,
@@ -238,11 +229,11 @@ void RequestReader::OptionalString(std::string_view name, size_t min_chars, size
   if (Present(name) == nullptr) return;
   std::string parsed;
   String(name, min_chars, max_chars, &parsed);
-  if (!status_) *out = std::move(parsed);
+  if (status_.ok()) *out = std::move(parsed);
 }
 
 void RequestReader::SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size) {
-  if (status_ || size == other_size) return;
+  if (!status_.ok() || size == other_size) return;
   Fail(name, "must have as many items as '" + std::string(other) + "' (" + std::to_string(other_size) + "), has " +
                  std::to_string(size));
 }

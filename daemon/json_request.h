@@ -1,8 +1,10 @@
 // RequestReader: typed, rule-checking readers for the fields of one control
 // API request (docs/control-api.md).
 //
-// Every field rule is written once here and every op reads its fields with
-// these calls. The reader keeps the first failure and ignores later calls,
+// Every op reads its fields with these calls. The rules shared with the wire
+// (string length in characters, integer ranges, hex keys) are checked by
+// protocol/json_fields.h; this reader words their failures as the control
+// API's messages. The reader keeps the first failure and ignores later calls,
 // so an op reads straight through and checks status() once; the failure is
 // a bad_request whose message names the field, what was found and what is
 // allowed ("field 'block_ids' must be an array of integers, not a string").
@@ -27,7 +29,8 @@
 
 namespace kvpeer::daemon {
 
-// "a string", "an integer", "null", ... for messages that say what was found.
+// "a string", "an integer", "null", ... for messages that say what was found;
+// protocol::JsonKindName but for numbers with fraction or exponent.
 std::string_view JsonKind(const boost::json::value& value);
 
 // Whether `value` holds, at any depth, a number out of double range (e.g.
@@ -70,8 +73,8 @@ class RequestReader {
   void SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size);
 
   bool has(std::string_view name) const { return request_.contains(name); }
-  const ApiStatus& status() const { return status_; }
-  bool ok() const { return !status_; }
+  const Status& status() const { return status_; }
+  bool ok() const { return status_.ok(); }
 
  private:
   // The field, or nullptr (recording "is required") when it is absent or an
@@ -82,7 +85,7 @@ class RequestReader {
   void Fail(std::string_view name, const std::string& rule);
 
   const boost::json::object& request_;
-  ApiStatus status_;
+  Status status_;
 };
 
 }  // namespace kvpeer::daemon

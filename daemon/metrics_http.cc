@@ -206,7 +206,7 @@ MetricsHttpServer::MetricsHttpServer(asio::io_context& io, HostPort address,
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
-std::string MetricsHttpServer::Start() {
+Status MetricsHttpServer::Start() {
   State& s = *state_;
   const std::string name = FormatHostPort(s.address);
   boost::system::error_code ec;
@@ -214,7 +214,7 @@ std::string MetricsHttpServer::Start() {
   auto endpoints = resolver.resolve(s.address.host, std::to_string(s.address.port),
                                     tcp::resolver::numeric_service | tcp::resolver::passive, ec);
   if (ec || endpoints.empty()) {
-    return "cannot resolve metrics-listen " + name + ": " + (ec ? ec.message() : "no address");
+    return Status::Unavailable("cannot resolve metrics-listen " + name + ": " + (ec ? ec.message() : "no address"));
   }
   const tcp::endpoint endpoint = endpoints.begin()->endpoint();
   s.acceptor.open(endpoint.protocol(), ec);
@@ -224,11 +224,11 @@ std::string MetricsHttpServer::Start() {
   if (ec) {
     boost::system::error_code ignored;
     s.acceptor.close(ignored);
-    return "cannot listen on metrics-listen " + name + ": " + ec.message();
+    return Status::Unavailable("cannot listen on metrics-listen " + name + ": " + ec.message());
   }
   asio::co_spawn(s.io, State::AcceptLoop(state_), asio::detached);
   spdlog::info("metrics listening on http://{}/metrics", address());
-  return "";
+  return Status::Ok();
 }
 
 void MetricsHttpServer::Stop() {

@@ -27,6 +27,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "base/host_port.h"
+#include "base/status.h"
 
 namespace kvpeer::daemon {
 
@@ -38,9 +39,9 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
-  // Resolves and binds the address and starts accepting. On failure returns
+  // Resolves and binds the address and starts accepting. On failure says
   // why (naming the address); the server then does nothing.
-  std::string Start();
+  Status Start();
   void Stop();
   // The bound address as HOST:PORT (a port 0 listen shows its real port).
   std::string address() const;

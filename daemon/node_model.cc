@@ -10,23 +10,23 @@ bool NodeModel::configured() const { return block_len_ && config_fingerprint_ &&
 
 ModelSettings NodeModel::settings() const { return {*block_len_, *config_fingerprint_, *hash_seed_}; }
 
-ApiStatus NodeModel::CheckOrAdopt(const ModelSettings& engine) {
+Status NodeModel::CheckOrAdopt(const ModelSettings& engine) {
   // Check everything before adopting anything, so a rejected hello changes nothing.
   if (block_len_ && *block_len_ != engine.block_len) {
-    return Fail(ErrorCode::kIncompatible, "block_len " + std::to_string(engine.block_len) +
-                                              " differs from the node's " + std::to_string(*block_len_));
+    return Status::Incompatible("block_len " + std::to_string(engine.block_len) +
+                                    " differs from the node's " + std::to_string(*block_len_));
   }
   if (config_fingerprint_ && *config_fingerprint_ != engine.config_fingerprint) {
-    return Fail(ErrorCode::kIncompatible, "config_fingerprint '" + engine.config_fingerprint +
-                                              "' differs from the node's '" + *config_fingerprint_ + "'");
+    return Status::Incompatible("config_fingerprint '" + engine.config_fingerprint +
+                                    "' differs from the node's '" + *config_fingerprint_ + "'");
   }
   if (hash_seed_ && *hash_seed_ != engine.hash_seed) {
-    return Fail(ErrorCode::kIncompatible, "hash_seed differs from the node's");
+    return Status::Incompatible("hash_seed differs from the node's");
   }
   block_len_ = engine.block_len;
   config_fingerprint_ = engine.config_fingerprint;
   hash_seed_ = engine.hash_seed;
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace kvpeer::daemon

@@ -32,7 +32,7 @@ class NodeModel {
   // Checks an engine's hello against the node's settings, adopting the ones
   // still unset. Returns kIncompatible naming the first differing field
   // (hash_seed values are never echoed).
-  ApiStatus CheckOrAdopt(const ModelSettings& engine);
+  Status CheckOrAdopt(const ModelSettings& engine);
 
  private:
   std::optional<uint64_t> block_len_;

@@ -55,12 +55,18 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
 
 PeerManager::~PeerManager() = default;
 
-uint16_t PeerManager::Listen() {
-  tcp::endpoint endpoint(asio::ip::make_address(config_.listen_host), config_.listen_port);
-  acceptor_.open(endpoint.protocol());
-  acceptor_.set_option(tcp::acceptor::reuse_address(true));
-  acceptor_.bind(endpoint);
-  acceptor_.listen();
+StatusOr<uint16_t> PeerManager::Listen() {
+  // Asio's throwing calls word the failure as the log has always shown it
+  // ("bind: Address already in use"); it leaves here as a value.
+  try {
+    tcp::endpoint endpoint(asio::ip::make_address(config_.listen_host), config_.listen_port);
+    acceptor_.open(endpoint.protocol());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true));
+    acceptor_.bind(endpoint);
+    acceptor_.listen();
+  } catch (const boost::system::system_error& error) {
+    return Status::Unavailable(error.what());
+  }
   asio::co_spawn(io_, [this]() { return AcceptLoop(); }, asio::detached);
   ScheduleReap();
   return acceptor_.local_endpoint().port();
@@ -208,26 +214,26 @@ void PeerManager::OnAccepted(tcp::socket socket) {
   connection->StartAccepted();
 }
 
-PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* error) {
+PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) {
   if (!model_.configured()) {
-    *error = Fail(ErrorCode::kPeerUnavailable, "node not configured: no block_len/config_fingerprint/hash_seed yet");
+    *error = Status::Unavailable("node not configured: no block_len/config_fingerprint/hash_seed yet");
     return nullptr;
   }
   if (shutting_down_) {
-    *error = Fail(ErrorCode::kShuttingDown, "kvpeerd is shutting down");
+    *error = Status::ShuttingDown("kvpeerd is shutting down");
     return nullptr;
   }
   if (!SplitHostPort(peer)) {
-    *error = Fail(ErrorCode::kBadRequest, "peer '" + peer + "' is not HOST:PORT");
+    *error = Status::Invalid("peer '" + peer + "' is not HOST:PORT");
     return nullptr;
   }
   const bool known = peers_.contains(peer);
   Peer& entry = peers_[peer];
   if (entry.connection && !entry.connection->closed()) return entry.connection.get();
   if (entry.state == PeerState::kBackoff && std::chrono::steady_clock::now() < entry.backoff_until) {
-    *error = Fail(ErrorCode::kPeerUnavailable, "peer " + peer + " is unreachable (" +
-                                                   entry.last_error.value_or("unknown error") +
-                                                   "); retrying after backoff");
+    *error = Status::Unavailable("peer " + peer + " is unreachable (" +
+                                     entry.last_error.value_or("unknown error") +
+                                     "); retrying after backoff");
     return nullptr;
   }
   if (AtPeerLimit()) {
@@ -236,7 +242,7 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, ApiStatus* erro
                             std::to_string(LivePeerCount()) + " peer sessions are open";
     if (!known) peers_.erase(peer);  // a peer never dialled is not listed
     limits_.Hit(counters_, Counter::kLimitMaxPeers, why);
-    *error = Fail(ErrorCode::kPeerUnavailable, why);
+    *error = Status::Unavailable(why);
     return nullptr;
   }
   Dial(peer, entry);
@@ -310,7 +316,7 @@ void PeerManager::OnSessionActivity(PeerConnection& connection, session::PeerSes
     ++entry.counters.sessions_ready;
     spdlog::info("peer {} ({}): ready ({} connection)", it->first, connection.remote_address(),
                  connection.dialled() ? "dialled" : "accepted");
-    for (auto& done : std::exchange(entry.connect_waiters, {})) done(std::nullopt);
+    for (auto& done : std::exchange(entry.connect_waiters, {})) done(Status::Ok());
   } else if (entry.state == PeerState::kConnecting && connection.session().state() ==
                                                           session::PeerSession::State::kHandshaking &&
              connection.bytes_received() > 0) {
@@ -417,24 +423,24 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
     SetState(entry, PeerState::kClosed);
   }
   for (auto& done : std::exchange(entry.connect_waiters, {})) {
-    done(Fail(ErrorCode::kPeerUnavailable, "peer " + it->first + ": " + *entry.last_error));
+    done(Status::Unavailable("peer " + it->first + ": " + *entry.last_error));
   }
 }
 
 // ---------------------------------------------------------------------------
 // Engine work
 
-ApiStatus PeerManager::Lookup(const std::string& peer, const std::string& kv_request_id,
+Status PeerManager::Lookup(const std::string& peer, const std::string& kv_request_id,
                               const std::vector<protocol::Key>& keys, bool flush,
                               std::vector<session::ProbeAnswer>* answers) {
   answers->clear();
-  ApiStatus error;
+  Status error;
   PeerConnection* connection = SessionFor(peer, &error);
   if (connection == nullptr) {
-    if (error && error->code != ErrorCode::kPeerUnavailable) return error;
+    if (!error.ok() && error.code() != Status::Code::kUnavailable) return error;
     // Wire spec section 1: while the peer backs off, probes answer miss at once.
     answers->assign(keys.size(), session::ProbeAnswer::kMiss);
-    return std::nullopt;
+    return Status::Ok();
   }
   if (config_.max_pending_lookups != 0) {
     const size_t probes = connection->session().ProbesWith(kv_request_id, keys);
@@ -444,14 +450,14 @@ ApiStatus PeerManager::Lookup(const std::string& peer, const std::string& kv_req
                               std::to_string(probes) + " distinct probes on peer " + peer +
                               "; load or finish the request first, or raise --max-pending-lookups";
       limits_.Hit(counters_, Counter::kLimitMaxPendingLookups, why);
-      return Fail(ErrorCode::kBadRequest, why);
+      return Status::Invalid(why);
     }
   }
   connection->WithSession([&](session::PeerSession& session) {
     for (const auto& key : keys) answers->push_back(session.RegisterLookup(kv_request_id, key));
     if (flush) session.FlushPendingLookups();
   });
-  return std::nullopt;
+  return Status::Ok();
 }
 
 size_t PeerManager::FlushLookups() {
@@ -463,13 +469,13 @@ size_t PeerManager::FlushLookups() {
   return sent;
 }
 
-ApiStatus PeerManager::Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+Status PeerManager::Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
                             std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
                             session::SlotSinkRef sink) {
-  ApiStatus error;
+  Status error;
   PeerConnection* connection = SessionFor(peer, &error);
   if (connection == nullptr) {
-    if (error && error->code == ErrorCode::kPeerUnavailable) {
+    if (!error.ok() && error.code() == Status::Code::kUnavailable) {
       if (auto it = peers_.find(peer); it != peers_.end()) ++it->second.counters.loads_rejected;
     }
     return error;
@@ -481,11 +487,9 @@ ApiStatus PeerManager::Load(session::JobId job_id, const std::string& peer, cons
     if (requested.ok()) metrics_.RecordLoadStart(job_id, load_bytes);
     return requested;
   });
-  if (!status.ok()) {
-    ErrorCode code = status.code() == Status::Code::kInvalid ? ErrorCode::kBadRequest : ErrorCode::kPeerUnavailable;
-    return Fail(code, status.message());
-  }
-  return std::nullopt;
+  // Any failure but the caller's own request means the peer cannot serve it.
+  if (!status.ok() && status.code() != Status::Code::kInvalid) return Status::Unavailable(status.message());
+  return status;
 }
 
 void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
@@ -566,28 +570,28 @@ size_t PeerManager::LoadsInFlight() const {
 // ---------------------------------------------------------------------------
 // Operator operations
 
-void PeerManager::Connect(const std::string& peer, std::function<void(ApiStatus)> done) {
-  ApiStatus error;
+void PeerManager::Connect(const std::string& peer, std::function<void(Status)> done) {
+  Status error;
   PeerConnection* connection = SessionFor(peer, &error);
   if (connection == nullptr) {
     done(error);
     return;
   }
   if (connection->session().ready()) {
-    done(std::nullopt);
+    done(Status::Ok());
     return;
   }
   peers_[peer].connect_waiters.push_back(std::move(done));
 }
 
-ApiStatus PeerManager::Disconnect(const std::string& peer) {
+Status PeerManager::Disconnect(const std::string& peer) {
   auto it = peers_.find(peer);
   if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) {
-    return Fail(ErrorCode::kNotFound, "no session with peer '" + peer + "'");
+    return Status::NotFound("no session with peer '" + peer + "'");
   }
   auto connection = it->second.connection;  // keeps it alive through Close
   connection->Close(session::CloseCause::kOperator, "disconnected by operator");
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void PeerManager::Shutdown(const std::string& reason) {

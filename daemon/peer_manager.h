@@ -29,6 +29,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/status_or.h"
 #include "daemon/counters.h"
 #include "daemon/limit_reporter.h"
 #include "daemon/node_model.h"
@@ -88,9 +89,9 @@ class PeerManager : public PeerService, private ConnectionListener {
               ResultSink& results);
   ~PeerManager() override;
 
-  // Binds the listener; returns the bound port (useful with port 0).
-  // Throws boost::system::system_error when the address cannot be bound.
-  uint16_t Listen();
+  // Binds the listener; returns the bound port (useful with port 0), or
+  // why the address cannot be bound.
+  StatusOr<uint16_t> Listen();
   std::string listen_address() const;
   // The node id is known only once the listener is bound (port 0).
   // REQUIRES: no session exists yet.
@@ -114,18 +115,18 @@ class PeerManager : public PeerService, private ConnectionListener {
   void Shutdown(const std::string& reason);
 
   // PeerService
-  ApiStatus Lookup(const std::string& peer, const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
-                   bool flush, std::vector<session::ProbeAnswer>* answers) override;
+  Status Lookup(const std::string& peer, const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
+                bool flush, std::vector<session::ProbeAnswer>* answers) override;
   size_t FlushLookups() override;
-  ApiStatus Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                 std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
-                 session::SlotSinkRef sink) override;
+  Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+              std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+              session::SlotSinkRef sink) override;
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
   void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
               bool producer) override;
-  void Connect(const std::string& peer, std::function<void(ApiStatus)> done) override;
-  ApiStatus Disconnect(const std::string& peer) override;
+  void Connect(const std::string& peer, std::function<void(Status)> done) override;
+  Status Disconnect(const std::string& peer) override;
   std::vector<PeerSnapshot> PeerSnapshots() const override;
   void CollectMetrics(metrics::Registry& registry) const override;
 
@@ -142,7 +143,7 @@ class PeerManager : public PeerService, private ConnectionListener {
     session::Duration backoff = std::chrono::milliseconds(0);
     std::chrono::steady_clock::time_point backoff_until;
     std::optional<std::string> last_error;
-    std::vector<std::function<void(ApiStatus)>> connect_waiters;
+    std::vector<std::function<void(Status)>> connect_waiters;
     // Bytes and stats of connections already gone (the live one's are
     // added by PeerMetrics::Snapshot), and the entry's dials and loads.
     PeerCounters counters;
@@ -175,7 +176,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   void ScheduleReap();
   // The peer's session, dialling when there is none. Null (with *error)
   // while the peer backs off or the node is not configured.
-  PeerConnection* SessionFor(const std::string& peer, ApiStatus* error);
+  PeerConnection* SessionFor(const std::string& peer, Status* error);
   void Dial(const std::string& peer, Peer& entry);
   // An accepted connection just became ready: applies the duplicate and
   // restart rules (wire spec section 1) and makes it the peer's connection,

@@ -43,17 +43,17 @@ class PeerService {
   // Symmetric probe of `keys` on `peer` (dials if needed). Answers per key;
   // with `flush` the probe is sent at once. peer_unavailable while the peer
   // is backing off after a failed dial; probes then answer miss.
-  virtual ApiStatus Lookup(const std::string& peer, const std::string& kv_request_id,
-                           const std::vector<protocol::Key>& keys, bool flush,
-                           std::vector<session::ProbeAnswer>* answers) = 0;
+  virtual Status Lookup(const std::string& peer, const std::string& kv_request_id,
+                        const std::vector<protocol::Key>& keys, bool flush,
+                        std::vector<session::ProbeAnswer>* answers) = 0;
   // Sends every registered, unsent probe. Returns lookup messages sent.
   virtual size_t FlushLookups() = 0;
   // Fetches `keys` from `peer` into `sink`'s slots; the result arrives
   // through ResultSink::OnLoadResult(job_id). An error means no result is
   // owed.
-  virtual ApiStatus Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                         std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
-                         session::SlotSinkRef sink) = 0;
+  virtual Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+                      std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+                      session::SlotSinkRef sink) = 0;
   // Offers supply for a remote decoder's fetch of `kv_request_id`; the
   // result arrives through ResultSink::OnStoreResult(job_id).
   virtual void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
@@ -68,8 +68,8 @@ class PeerService {
 
   // Operator operations. Connect calls `done` once the peer is ready or
   // failed (peer_unavailable), at most the handshake timeout later.
-  virtual void Connect(const std::string& peer, std::function<void(ApiStatus)> done) = 0;
-  virtual ApiStatus Disconnect(const std::string& peer) = 0;
+  virtual void Connect(const std::string& peer, std::function<void(Status)> done) = 0;
+  virtual Status Disconnect(const std::string& peer) = 0;
   // One snapshot per peer entry (`status.peers` and the per-peer metrics
   // are rendered from them).
   virtual std::vector<PeerSnapshot> PeerSnapshots() const = 0;

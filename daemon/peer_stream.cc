@@ -23,14 +23,18 @@ std::string FileError(const char* what, const std::string& path, const boost::sy
   return std::string(what) + " '" + path + "': " + e.code().message();
 }
 
+Status KeyMismatch(const TlsFiles& files) {
+  return Status::Invalid("tls-key: '" + files.key + "' is not the private key of the certificate in '" + files.cert +
+                         "'");
+}
+
 }  // namespace
 
-std::shared_ptr<ssl::context> MakeTlsContext(const TlsFiles& files, std::string* error) {
+StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const TlsFiles& files) {
   auto context = std::make_shared<ssl::context>(ssl::context::tls);
   SSL_CTX* native = context->native_handle();
   if (SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION) != 1) {
-    *error = "this OpenSSL cannot do TLS 1.3";
-    return nullptr;
+    return Status::Internal("this OpenSSL cannot do TLS 1.3");
   }
   context->set_options(ssl::context::default_workarounds | ssl::context::no_compression);
   // Stateless peers of one cluster: no session tickets to keep or leak.
@@ -38,29 +42,24 @@ std::shared_ptr<ssl::context> MakeTlsContext(const TlsFiles& files, std::string*
   try {
     context->use_certificate_chain_file(files.cert);
   } catch (const boost::system::system_error& e) {
-    *error = FileError("tls-cert: cannot load certificate chain", files.cert, e);
-    return nullptr;
+    return Status::Invalid(FileError("tls-cert: cannot load certificate chain", files.cert, e));
   }
   try {
     context->use_private_key_file(files.key, ssl::context::pem);
   } catch (const boost::system::system_error& e) {
     if (ERR_GET_REASON(static_cast<unsigned long>(e.code().value())) == X509_R_KEY_VALUES_MISMATCH) {
-      *error = "tls-key: '" + files.key + "' is not the private key of the certificate in '" + files.cert + "'";
-    } else {
-      *error = FileError("tls-key: cannot load private key", files.key, e);
+      return KeyMismatch(files);
     }
-    return nullptr;
+    return Status::Invalid(FileError("tls-key: cannot load private key", files.key, e));
   }
   if (SSL_CTX_check_private_key(native) != 1) {
     ERR_clear_error();
-    *error = "tls-key: '" + files.key + "' is not the private key of the certificate in '" + files.cert + "'";
-    return nullptr;
+    return KeyMismatch(files);
   }
   try {
     context->load_verify_file(files.ca);
   } catch (const boost::system::system_error& e) {
-    *error = FileError("tls-ca: cannot load CA certificates", files.ca, e);
-    return nullptr;
+    return Status::Invalid(FileError("tls-ca: cannot load CA certificates", files.ca, e));
   }
   context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
   return context;

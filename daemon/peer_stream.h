@@ -33,6 +33,8 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 
+#include "base/status_or.h"
+
 namespace kvpeer::daemon {
 
 // The files of --tls-cert, --tls-key, --tls-ca.
@@ -43,9 +45,9 @@ struct TlsFiles {
 };
 
 // A context for both roles (dialling and accepting), TLS 1.3 only, with
-// mutual verification. Null with *error naming the file and OpenSSL's
-// reason when a file cannot be loaded or the key does not match.
-std::shared_ptr<boost::asio::ssl::context> MakeTlsContext(const TlsFiles& files, std::string* error);
+// mutual verification. Fails naming the file and OpenSSL's reason when a
+// file cannot be loaded or the key does not match.
+StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeTlsContext(const TlsFiles& files);
 
 class PeerStream {
  public:

@@ -23,21 +23,21 @@ std::string Errno(int err) { return std::strerror(err); }
 // Checks the shape and computes offset + num_blocks * block_len without
 // overflow. The result must also fit size_t and off_t, since it becomes an
 // mmap length and a file offset.
-ApiStatus CheckShape(const RegionShape& shape, uint64_t* end) {
+Status CheckShape(const RegionShape& shape, uint64_t* end) {
   if (shape.num_blocks == 0 || shape.num_blocks > kMaxNumBlocks) {
-    return Fail(ErrorCode::kBadRequest, "num_blocks must be 1 ..= " + std::to_string(kMaxNumBlocks) + ", is " +
-                                            std::to_string(shape.num_blocks));
+    return Status::Invalid("num_blocks must be 1 ..= " + std::to_string(kMaxNumBlocks) + ", is " +
+                               std::to_string(shape.num_blocks));
   }
-  if (shape.block_len == 0) return Fail(ErrorCode::kBadRequest, "block_len must be > 0");
+  if (shape.block_len == 0) return Status::Invalid("block_len must be > 0");
   constexpr uint64_t kMaxEnd = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
   const uint64_t max_bytes = kMaxEnd / shape.num_blocks;
   if (shape.block_len > max_bytes || shape.offset > kMaxEnd - shape.num_blocks * shape.block_len) {
-    return Fail(ErrorCode::kBadRequest, "offset " + std::to_string(shape.offset) + " + num_blocks " +
-                                            std::to_string(shape.num_blocks) + " * block_len " +
-                                            std::to_string(shape.block_len) + " overflows a file size");
+    return Status::Invalid("offset " + std::to_string(shape.offset) + " + num_blocks " +
+                               std::to_string(shape.num_blocks) + " * block_len " +
+                               std::to_string(shape.block_len) + " overflows a file size");
   }
   *end = shape.offset + shape.num_blocks * shape.block_len;
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // Live regions by the address of block 0, for ReadMapped/WriteMapped.
@@ -52,8 +52,8 @@ MappedRegions& Mapped() {
 
 }  // namespace
 
-ApiStatus ShmRegion::MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
-                             std::shared_ptr<ShmRegion>* out) {
+Status ShmRegion::MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
+                          std::shared_ptr<ShmRegion>* out) {
   const std::string what = "region file '" + path + "'";
   // One message for "absent", "not traversable", "not a regular file" and
   // "not the engine's": telling them apart would let an engine probe paths
@@ -67,35 +67,35 @@ ApiStatus ShmRegion::MapPath(const std::string& path, const RegionShape& shape, 
   // Checked before opening, so a FIFO or a device is never opened; checked
   // again on the descriptor, since the path may change in between.
   struct stat before {};
-  if (::lstat(path.c_str(), &before) != 0 || !acceptable(before)) return Fail(ErrorCode::kBadRequest, refused);
+  if (::lstat(path.c_str(), &before) != 0 || !acceptable(before)) return Status::Invalid(refused);
   // No final symlink, no blocking open, read-write as the mapping needs.
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) return Fail(ErrorCode::kBadRequest, refused);
+  if (!fd.valid()) return Status::Invalid(refused);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !acceptable(st)) return Fail(ErrorCode::kBadRequest, refused);
+  if (::fstat(fd.get(), &st) != 0 || !acceptable(st)) return Status::Invalid(refused);
   return Map(fd.get(), what, shape, out);
 }
 
-ApiStatus ShmRegion::MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out) {
+Status ShmRegion::MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out) {
   const std::string what = "the region passed by descriptor";
   // A memfd is a regular file to fstat; a pipe, socket or device is not.
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Fail(ErrorCode::kBadRequest, what + ": fstat failed: " + Errno(errno));
+  if (::fstat(fd, &st) != 0) return Status::Invalid(what + ": fstat failed: " + Errno(errno));
   if (!S_ISREG(st.st_mode)) {
-    return Fail(ErrorCode::kBadRequest, what + " is not a regular file or memfd");
+    return Status::Invalid(what + " is not a regular file or memfd");
   }
   return Map(fd, what, shape, out);
 }
 
-ApiStatus ShmRegion::Map(int fd, const std::string& what, const RegionShape& shape,
-                         std::shared_ptr<ShmRegion>* out) {
+Status ShmRegion::Map(int fd, const std::string& what, const RegionShape& shape,
+                      std::shared_ptr<ShmRegion>* out) {
   uint64_t end = 0;
-  if (ApiStatus bad = CheckShape(shape, &end)) return bad;
+  if (Status bad = CheckShape(shape, &end); !bad.ok()) return bad;
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Fail(ErrorCode::kBadRequest, what + ": fstat failed: " + Errno(errno));
+  if (::fstat(fd, &st) != 0) return Status::Invalid(what + ": fstat failed: " + Errno(errno));
   const uint64_t size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
   if (size < end) {
-    return Fail(ErrorCode::kBadRequest,
+    return Status::Invalid(
                 what + " has " + std::to_string(size) + " bytes, fewer than offset " + std::to_string(shape.offset) +
                     " + num_blocks " + std::to_string(shape.num_blocks) + " * block_len " +
                     std::to_string(shape.block_len) + " = " + std::to_string(end));
@@ -106,24 +106,24 @@ ApiStatus ShmRegion::Map(int fd, const std::string& what, const RegionShape& sha
   const uint64_t lead = shape.offset % page;
   const uint64_t mapping_len = lead + (end - shape.offset);
   if (mapping_len > std::numeric_limits<size_t>::max()) {
-    return Fail(ErrorCode::kBadRequest, what + ": " + std::to_string(mapping_len) + " bytes cannot be mapped");
+    return Status::Invalid(what + ": " + std::to_string(mapping_len) + " bytes cannot be mapped");
   }
   void* mapping = ::mmap(nullptr, static_cast<size_t>(mapping_len), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                          static_cast<off_t>(shape.offset - lead));
   if (mapping == MAP_FAILED) {
-    return Fail(ErrorCode::kBadRequest, what + " cannot be mapped read-write shared: " + Errno(errno));
+    return Status::Invalid(what + " cannot be mapped read-write shared: " + Errno(errno));
   }
   UniqueFd kept(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!kept.valid()) {
     const int err = errno;
     ::munmap(mapping, static_cast<size_t>(mapping_len));
-    return Fail(ErrorCode::kBadRequest, what + ": cannot keep a descriptor: " + Errno(err));
+    return Status::Invalid(what + ": cannot keep a descriptor: " + Errno(err));
   }
   uint8_t* base = static_cast<uint8_t*>(mapping) + lead;
   out->reset(new ShmRegion(mapping, static_cast<size_t>(mapping_len), base, shape, std::move(kept)));
   std::lock_guard lock(Mapped().mutex);
   Mapped().by_base[base] = out->get();
-  return std::nullopt;
+  return Status::Ok();
 }
 
 ShmRegion::~ShmRegion() {

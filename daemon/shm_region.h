@@ -41,12 +41,12 @@ class ShmRegion {
   // not, with one message that does not tell which (nor whether the path
   // exists); bad_request naming the sizes when the file is smaller than
   // offset + num_blocks * block_len or the shape is invalid.
-  static ApiStatus MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
-                           std::shared_ptr<ShmRegion>* out);
+  static Status MapPath(const std::string& path, const RegionShape& shape, std::optional<uint32_t> owner_uid,
+                        std::shared_ptr<ShmRegion>* out);
   // Maps an already open descriptor (e.g. received with SCM_RIGHTS); it
   // must be a regular file or memfd. The caller keeps ownership of `fd`;
   // the mapping outlives it.
-  static ApiStatus MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
+  static Status MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
 
   ~ShmRegion();
   ShmRegion(const ShmRegion&) = delete;
@@ -93,7 +93,7 @@ class ShmRegion {
       : mapping_(mapping), mapping_len_(mapping_len), base_(base), shape_(shape), fd_(std::move(fd)) {}
 
   // `what` names the source in error messages ("file '/dev/shm/x'").
-  static ApiStatus Map(int fd, const std::string& what, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
+  static Status Map(int fd, const std::string& what, const RegionShape& shape, std::shared_ptr<ShmRegion>* out);
 
   void* mapping_;       // page-aligned start, as returned by mmap
   size_t mapping_len_;  // as passed to mmap

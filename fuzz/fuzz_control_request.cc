@@ -58,12 +58,11 @@
 namespace {
 
 namespace json = boost::json;
-using kvpeer::daemon::ApiStatus;
+using kvpeer::Status;
+using kvpeer::daemon::ApiErrorCode;
 using kvpeer::daemon::CheckOpAllowed;
 using kvpeer::daemon::ControlOp;
 using kvpeer::daemon::ControlOps;
-using kvpeer::daemon::ErrorCode;
-using kvpeer::daemon::ErrorCodeName;
 using kvpeer::daemon::RequestReader;
 using kvpeer::protocol::Key;
 
@@ -219,9 +218,8 @@ void CheckSpecsCoverOpTable() {
   for (const ControlOp& row : ControlOps()) Check(SpecOf(row.name) != nullptr);
 }
 
-bool SameStatus(const ApiStatus& a, const ApiStatus& b) {
-  if (a.has_value() != b.has_value()) return false;
-  return !a || (a->code == b->code && a->message == b->message);
+bool SameStatus(const Status& a, const Status& b) {
+  return a.code() == b.code() && a.message() == b.message();
 }
 
 // ---- what accepted fields must satisfy --------------------------------------
@@ -313,11 +311,11 @@ void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields
 // The error of a response line as ControlServer::Answer builds it: the line
 // must be one line of valid JSON (UTF-8 included) that the engine's parser
 // reads back unchanged, whatever the request held.
-void CheckErrorResponse(const ApiStatus& status) {
-  if (!status) return;
+void CheckErrorResponse(const Status& status) {
+  if (status.ok()) return;
   json::object out;
   out["ok"] = false;
-  out["error"] = json::object{{"code", ErrorCodeName(status->code)}, {"message", status->message}};
+  out["error"] = json::object{{"code", ApiErrorCode(status)}, {"message", status.message()}};
   const std::string line = json::serialize(out);
   Check(line.find('\n') == std::string::npos);
   json::error_code ec;
@@ -346,11 +344,11 @@ void HandleLine(const std::string& line) {
   Fields fields;
   for (Read read : spec->reads) read(reader, fields);
   if (spec->same_length) reader.SameLength("block_ids", fields.block_ids.size(), "keys", fields.keys.size());
-  Check(reader.ok() == !reader.status());
+  Check(reader.ok() == reader.status().ok());
 
   // Each field alone: the combined reader must report the first failure.
   std::optional<size_t> first_failing;
-  ApiStatus first_status;
+  Status first_status;
   for (size_t i = 0; i < spec->reads.size() && !first_failing; ++i) {
     RequestReader alone(request);
     Fields scratch;
@@ -362,13 +360,13 @@ void HandleLine(const std::string& line) {
   }
   if (first_failing) {
     Check(SameStatus(reader.status(), first_status));
-    Check(reader.status()->code == ErrorCode::kBadRequest);
+    Check(reader.status().code() == Status::Code::kInvalid);
     const std::string named = "field '" + std::string(spec->fields[*first_failing]);
-    Check(reader.status()->message.rfind(named, 0) == 0);
+    Check(reader.status().message().rfind(named, 0) == 0);
   } else if (!reader.ok()) {
     // Only the parallel-array rule can fail when every field passed alone.
     Check(spec->same_length && fields.keys.size() != fields.block_ids.size());
-    Check(reader.status()->message.rfind("field 'block_ids' must have as many items as 'keys'", 0) == 0);
+    Check(reader.status().message().rfind("field 'block_ids' must have as many items as 'keys'", 0) == 0);
   } else {
     CheckAccepted(*spec, request, fields);
   }

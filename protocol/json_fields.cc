@@ -22,14 +22,6 @@ std::string Range(uint64_t min, uint64_t max) {
   return std::to_string(min) + " ..= " + std::to_string(max);
 }
 
-// Boost.JSON has already rejected invalid UTF-8, so every code point has
-// exactly one byte that is not a continuation byte (10xxxxxx).
-size_t CountCodePoints(std::string_view utf8) {
-  return static_cast<size_t>(std::count_if(utf8.begin(), utf8.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
-}
-
 bool IsLowerHexDigit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
 // Offset of the first byte that is not a lowercase hex digit, or npos.
@@ -58,27 +50,22 @@ Broken ParseString(const json::value& value, StringRule rule, std::string* out) 
 }
 
 Broken ParseInteger(const json::value& value, IntegerRule rule, uint64_t* out) {
+  const std::string wanted = "must be an integer in " + Range(rule.min, rule.max);
   uint64_t number = 0;
-  if (const uint64_t* unsigned_number = value.if_uint64()) {
-    number = *unsigned_number;
-  } else if (const int64_t* signed_number = value.if_int64()) {
-    if (*signed_number < 0) {
-      return "must be an integer in " + Range(rule.min, rule.max) + ", is " +
-             std::to_string(*signed_number);
-    }
-    number = static_cast<uint64_t>(*signed_number);
-  } else if (value.is_double()) {
-    // Boost.JSON also yields a double for an integer beyond uint64.
-    return "must be an integer in " + Range(rule.min, rule.max) +
-           " written without fraction or exponent";
-  } else {
-    return NotA("an integer", value);
+  switch (CheckInteger(value, rule, &number)) {
+    case IntegerVerdict::kOk:
+      *out = number;
+      return std::nullopt;
+    case IntegerVerdict::kNotAnInteger:
+      return NotA("an integer", value);
+    case IntegerVerdict::kFractional:
+      return wanted + " written without fraction or exponent";
+    case IntegerVerdict::kNegative:
+      return wanted + ", is " + std::to_string(value.get_int64());
+    case IntegerVerdict::kOutOfRange:
+      return wanted + ", is " + std::to_string(number);
   }
-  if (number < rule.min || number > rule.max) {
-    return "must be an integer in " + Range(rule.min, rule.max) + ", is " + std::to_string(number);
-  }
-  *out = number;
-  return std::nullopt;
+  return NotA("an integer", value);
 }
 
 Broken ParseBool(const json::value& value, bool* out) {
@@ -108,22 +95,22 @@ Broken ParseToken(const json::value& value, TokenRule rule, std::string* out) {
 
 Broken ParseKey(const json::value& value, Key* out) {
   constexpr std::string_view kHexRule = "must be lowercase hex with an even number of digits";
-  const json::string* text = value.if_string();
-  if (text == nullptr) return NotA("a string of lowercase hex digits", value);
-  if (text->empty() || text->size() > 2 * kMaxKeyBytes) {
-    return "must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) +
-           " hex digits (1 ..= " + std::to_string(kMaxKeyBytes) + " bytes), has " +
-           std::to_string(text->size());
+  const KeyCheck check = CheckKey(value, out);
+  switch (check.verdict) {
+    case KeyVerdict::kOk:
+      return std::nullopt;
+    case KeyVerdict::kNotAString:
+      break;
+    case KeyVerdict::kBadLength:
+      return "must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) + " hex digits (1 ..= " +
+             std::to_string(kMaxKeyBytes) + " bytes), has " + std::to_string(value.get_string().size());
+    case KeyVerdict::kNotHex:
+      return std::string(kHexRule) + "; the character at offset " + std::to_string(check.bad_offset) +
+             " is not 0-9 or a-f";
+    case KeyVerdict::kOddDigits:
+      return std::string(kHexRule) + ", has " + std::to_string(value.get_string().size()) + " digits";
   }
-  if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
-    return std::string(kHexRule) + "; the character at offset " + std::to_string(bad) +
-           " is not 0-9 or a-f";
-  }
-  if (text->size() % 2 != 0) {
-    return std::string(kHexRule) + ", has " + std::to_string(text->size()) + " digits";
-  }
-  DecodeHex(*text, out);  // cannot fail: checked above
-  return std::nullopt;
+  return NotA("a string of lowercase hex digits", value);
 }
 
 Broken ParsePeerId(const json::value& value, std::string* out) {
@@ -299,6 +286,41 @@ void FieldReader::RequireSameLength(std::string_view name, size_t size, std::str
   if (!status_.ok() || size == other_size) return;
   Fail(name, "must have as many elements as " + std::string(other) + " (" +
                  std::to_string(other_size) + "), has " + std::to_string(size));
+}
+
+// Boost.JSON has already rejected invalid UTF-8, so every code point has
+// exactly one byte that is not a continuation byte (10xxxxxx).
+size_t CountCodePoints(std::string_view utf8) {
+  return static_cast<size_t>(std::count_if(utf8.begin(), utf8.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+IntegerVerdict CheckInteger(const json::value& value, IntegerRule rule, uint64_t* out) {
+  if (const int64_t* signed_number = value.if_int64(); signed_number != nullptr && *signed_number < 0) {
+    return IntegerVerdict::kNegative;
+  }
+  if (const uint64_t* unsigned_number = value.if_uint64()) {
+    *out = *unsigned_number;
+  } else if (const int64_t* signed_number = value.if_int64()) {
+    *out = static_cast<uint64_t>(*signed_number);
+  } else if (value.is_double()) {
+    // Boost.JSON also yields a double for an integer beyond uint64.
+    return IntegerVerdict::kFractional;
+  } else {
+    return IntegerVerdict::kNotAnInteger;
+  }
+  return *out < rule.min || *out > rule.max ? IntegerVerdict::kOutOfRange : IntegerVerdict::kOk;
+}
+
+KeyCheck CheckKey(const json::value& value, Key* out) {
+  const json::string* text = value.if_string();
+  if (text == nullptr) return {KeyVerdict::kNotAString};
+  if (text->empty() || text->size() > 2 * kMaxKeyBytes) return {KeyVerdict::kBadLength};
+  if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) return {KeyVerdict::kNotHex, bad};
+  if (text->size() % 2 != 0) return {KeyVerdict::kOddDigits};
+  DecodeHex(*text, out);  // cannot fail: checked above
+  return {KeyVerdict::kOk};
 }
 
 std::optional<std::string> ControlCharacterProblem(std::string_view text) {

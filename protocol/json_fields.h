@@ -66,6 +66,40 @@ std::optional<std::string> ControlCharacterProblem(std::string_view text);
 // "a string", "an integer", ... for messages that say what was found.
 std::string_view JsonKindName(const boost::json::value& value);
 
+// ---- The field rules as typed verdicts ----------------------------------------
+// Written once for both JSON readers: the FieldReader below and the control
+// API's RequestReader (daemon/json_request.h), which words its messages for
+// engines (docs/control-api.md) but applies the same rules.
+
+// Unicode characters (code points) in `utf8`, which the JSON parser has
+// already validated: string lengths are counted in characters, not bytes.
+size_t CountCodePoints(std::string_view utf8);
+
+enum class IntegerVerdict {
+  kOk,
+  kNotAnInteger,  // not a number
+  kFractional,    // a number with fraction or exponent, or beyond uint64
+  kNegative,
+  kOutOfRange,    // an integer >= 0 outside the rule's bounds
+};
+// Reads `value` under `rule`. *out holds the number when the verdict is kOk
+// or kOutOfRange.
+IntegerVerdict CheckInteger(const boost::json::value& value, IntegerRule rule, uint64_t* out);
+
+enum class KeyVerdict {
+  kOk,
+  kNotAString,
+  kBadLength,  // not 2 ..= 2 * kMaxKeyBytes hex digits
+  kNotHex,     // a character other than 0-9, a-f
+  kOddDigits,  // hex digits do not pair up into bytes
+};
+struct KeyCheck {
+  KeyVerdict verdict;
+  size_t bad_offset = 0;  // the offending character, for kNotHex
+};
+// Reads a key written as lowercase hex; *out holds its bytes when kOk.
+KeyCheck CheckKey(const boost::json::value& value, Key* out);
+
 class FieldReader {
  public:
   // `message_type` prefixes every reported field name.

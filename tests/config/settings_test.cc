@@ -58,7 +58,7 @@ TEST_CASE("the table's documented defaults are the defaults Settings{} holds") {
     if (option.default_text.empty()) continue;
     INFO(option.name);
     Settings applied;
-    REQUIRE(option.apply({std::string(option.default_text)}, &applied).empty());
+    REQUIRE(option.apply({std::string(option.default_text)}, &applied).ok());
     CHECK(option.effective(applied) == option.effective(defaults));
   }
 }

@@ -24,7 +24,7 @@ uint64_t HashOf(const std::string& bytes) { return protocol::BlockChecksum(std::
 struct SealFixture {
   SealFixture() {
     file = std::make_unique<testing::ShmFile>(8 * kLen);
-    REQUIRE_FALSE(ShmRegion::MapPath(file->path(), {8, kLen, 0}, std::nullopt, &region));
+    REQUIRE(ShmRegion::MapPath(file->path(), {8, kLen, 0}, std::nullopt, &region).ok());
     index.AddEngine(1, region, [](BlockIndex) {});
   }
   void Fill(BlockIndex slot, char c) { file->Write(slot * kLen, std::string(kLen, c)); }

@@ -17,8 +17,8 @@ struct IndexFixture {
   IndexFixture() {
     a_file = std::make_unique<testing::ShmFile>(8 * kLen);
     b_file = std::make_unique<testing::ShmFile>(8 * kLen);
-    REQUIRE_FALSE(ShmRegion::MapPath(a_file->path(), {8, kLen, 0}, std::nullopt, &a_region));
-    REQUIRE_FALSE(ShmRegion::MapPath(b_file->path(), {8, kLen, 0}, std::nullopt, &b_region));
+    REQUIRE(ShmRegion::MapPath(a_file->path(), {8, kLen, 0}, std::nullopt, &a_region).ok());
+    REQUIRE(ShmRegion::MapPath(b_file->path(), {8, kLen, 0}, std::nullopt, &b_region).ok());
     index.AddEngine(1, a_region, [this](BlockIndex slot) { a_released.push_back(slot); });
     index.AddEngine(2, b_region, [this](BlockIndex slot) { b_released.push_back(slot); });
   }
@@ -192,7 +192,7 @@ TEST_CASE_METHOD(IndexFixture, "a pin's attachment is released after the slot is
 TEST_CASE("a slot sink writes into the region and keeps it mapped") {
   testing::ShmFile file(4 * kLen);
   std::shared_ptr<ShmRegion> region;
-  REQUIRE_FALSE(ShmRegion::MapPath(file.path(), {4, kLen, 0}, std::nullopt, &region));
+  REQUIRE(ShmRegion::MapPath(file.path(), {4, kLen, 0}, std::nullopt, &region).ok());
   session::SlotSinkRef sink = MakeSlotSink(region);
   region.reset();
   std::memset(sink->Slot(2).data(), 'w', kLen);

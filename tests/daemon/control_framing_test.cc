@@ -41,7 +41,7 @@ TEST_CASE("a stale socket file is replaced") {
   ControlServerOptions options;
   options.socket_path = path;
   ControlServer server(bare.io, options, bare.registry);
-  CHECK_FALSE(server.Start());
+  CHECK(server.Start().ok());
 }
 
 TEST_CASE("a file that is not a socket is never replaced") {
@@ -50,9 +50,9 @@ TEST_CASE("a file that is not a socket is never replaced") {
   ControlServerOptions options;
   options.socket_path = file.path();
   ControlServer server(bare.io, options, bare.registry);
-  ApiStatus status = server.Start();
-  REQUIRE(status);
-  CHECK_THAT(status->message, Catch::Contains("not a socket"));
+  Status status = server.Start();
+  REQUIRE_FALSE(status.ok());
+  CHECK_THAT(status.message(), Catch::Contains("not a socket"));
   CHECK(::access(file.path().c_str(), F_OK) == 0);
 }
 
@@ -63,9 +63,9 @@ TEST_CASE("a live socket file is not replaced") {
   ControlServerOptions options;
   options.socket_path = daemon.socket_path();
   ControlServer second(io, options, registry);
-  ApiStatus status = second.Start();
-  REQUIRE(status);
-  CHECK_THAT(status->message, Catch::Contains("in use"));
+  Status status = second.Start();
+  REQUIRE_FALSE(status.ok());
+  CHECK_THAT(status.message(), Catch::Contains("in use"));
 }
 
 TEST_CASE("status answers without hello, with the documented fields") {
@@ -202,13 +202,13 @@ TEST_CASE("connect and disconnect reach the peer side") {
     client.Send(json::serialize(json::object{{"op", "connect"}, {"peer", "node-b:5710"}, {"id", 4}}) + "\n");
     CHECK_FALSE(client.ReadLine(std::chrono::milliseconds(50)));
     REQUIRE(daemon.peers().connect_done);
-    daemon.peers().connect_done(Fail(ErrorCode::kPeerUnavailable, "refused"));
+    daemon.peers().connect_done(Status::Unavailable("refused"));
     json::object response = client.Response();
     CHECK(response.at("id") == 4);
     CHECK(ErrorCodeOf(response) == "peer_unavailable");
   }
   SECTION("connect that succeeds at once") {
-    daemon.peers().connect_status = ApiStatus();
+    daemon.peers().connect_status = Status();
     CHECK(client.Call({{"op", "connect"}, {"peer", "node-b:5710"}}).at("ok") == true);
   }
 }

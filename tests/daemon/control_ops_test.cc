@@ -136,44 +136,44 @@ TEST_CASE("every op has a handler of its own") {
 }
 
 TEST_CASE("the unknown_op message lists the ops in the documented order") {
-  const ApiError error = UnknownOp("frobnicate");
-  CHECK(error.code == ErrorCode::kUnknownOp);
+  const Status error = UnknownOp("frobnicate");
+  CHECK(error.code() == Status::Code::kUnknownOp);
   // docs/control-api.md, "Errors", shows this exact line.
-  CHECK(error.message ==
+  CHECK(error.message() ==
         "op 'frobnicate' is not known; ops: status, metrics, connect, disconnect, hello, register_region, publish, "
         "unpublish, lookup, flush, load, store, finish, poll");
-  CHECK_THAT(ReadDoc(), Catch::Contains(error.message));
+  CHECK_THAT(ReadDoc(), Catch::Contains(error.message()));
 }
 
 TEST_CASE("the unknown_op message quotes a long op cut at a character boundary") {
   const std::string op = "x" + std::string(200, 'y');
-  CHECK_THAT(UnknownOp(op).message, Catch::StartsWith("op 'x" + std::string(63, 'y') + "' is not known"));
+  CHECK_THAT(UnknownOp(op).message(), Catch::StartsWith("op 'x" + std::string(63, 'y') + "' is not known"));
   std::string accented = "x";
   for (int i = 0; i < 100; ++i) accented += "\u00e9";
   std::string kept = "x";
   for (int i = 0; i < 31; ++i) kept += "\u00e9";
-  CHECK_THAT(UnknownOp(accented).message, Catch::StartsWith("op '" + kept + "' is not known"));
+  CHECK_THAT(UnknownOp(accented).message(), Catch::StartsWith("op '" + kept + "' is not known"));
 }
 
 TEST_CASE("CheckOpAllowed refuses new work while draining, then engine ops without hello") {
   for (const ControlOp& op : ControlOps()) {
     const std::string name(op.name);
     CAPTURE(name);
-    CHECK_FALSE(CheckOpAllowed(op, false, true));
-    const ApiStatus draining = CheckOpAllowed(op, true, true);
-    CHECK(draining.has_value() == op.is_new_work);
-    if (draining) {
-      CHECK(draining->code == ErrorCode::kShuttingDown);
-      CHECK(draining->message == "the daemon is shutting down; op '" + name + "' is refused");
+    CHECK(CheckOpAllowed(op, false, true).ok());
+    const Status draining = CheckOpAllowed(op, true, true);
+    CHECK(!draining.ok() == op.is_new_work);
+    if (!draining.ok()) {
+      CHECK(draining.code() == Status::Code::kShuttingDown);
+      CHECK(draining.message() == "the daemon is shutting down; op '" + name + "' is refused");
     }
-    const ApiStatus no_hello = CheckOpAllowed(op, false, false);
-    CHECK(no_hello.has_value() == op.needs_engine);
-    if (no_hello) {
-      CHECK(no_hello->code == ErrorCode::kBadRequest);
-      CHECK(no_hello->message == "op '" + name + "' needs an engine session: send hello first");
+    const Status no_hello = CheckOpAllowed(op, false, false);
+    CHECK(!no_hello.ok() == op.needs_engine);
+    if (!no_hello.ok()) {
+      CHECK(no_hello.code() == Status::Code::kInvalid);
+      CHECK(no_hello.message() == "op '" + name + "' needs an engine session: send hello first");
     }
     // Draining wins: a hello-less store is refused as new work.
-    if (op.is_new_work) CHECK(CheckOpAllowed(op, true, false)->code == ErrorCode::kShuttingDown);
+    if (op.is_new_work) CHECK(CheckOpAllowed(op, true, false).code() == Status::Code::kShuttingDown);
   }
 }
 

@@ -104,23 +104,23 @@ class FakePeers : public PeerService {
 
   explicit FakePeers(ResultSink& results) : results_(results) {}
 
-  ApiStatus Lookup(const std::string& peer, const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
-                   bool flush, std::vector<session::ProbeAnswer>* answers) override {
+  Status Lookup(const std::string& peer, const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
+                bool flush, std::vector<session::ProbeAnswer>* answers) override {
     lookups.push_back({peer, kv_request_id, keys.size(), flush});
-    if (lookup_status) return lookup_status;
+    if (!lookup_status.ok()) return lookup_status;
     for (const protocol::Key& key : keys) {
       auto it = answer_for.find(key);
       answers->push_back(it == answer_for.end() ? session::ProbeAnswer::kRetry : it->second);
     }
-    return std::nullopt;
+    return Status::Ok();
   }
   size_t FlushLookups() override { return ++flushes; }
-  ApiStatus Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                 std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
-                 session::SlotSinkRef sink) override {
-    if (load_status) return load_status;
+  Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+              std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+              session::SlotSinkRef sink) override {
+    if (!load_status.ok()) return load_status;
     loads.push_back({job_id, peer, kv_request_id, std::move(keys), std::move(block_ids), std::move(sink)});
-    return std::nullopt;
+    return Status::Ok();
   }
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override {
@@ -141,12 +141,12 @@ class FakePeers : public PeerService {
       results_.OnLoadResult({job, kv_request_id, false, "finished"});
     }
   }
-  void Connect(const std::string& peer, std::function<void(ApiStatus)> done) override {
+  void Connect(const std::string& peer, std::function<void(Status)> done) override {
     connects.push_back(peer);
     connect_done = std::move(done);
     if (connect_status) connect_done(*connect_status);
   }
-  ApiStatus Disconnect(const std::string& peer) override {
+  Status Disconnect(const std::string& peer) override {
     disconnects.push_back(peer);
     return disconnect_status;
   }
@@ -181,11 +181,11 @@ class FakePeers : public PeerService {
   std::vector<std::string> disconnects;
   size_t flushes = 0;
   std::map<protocol::Key, session::ProbeAnswer> answer_for;  // by raw key; default retry
-  ApiStatus lookup_status;
-  ApiStatus load_status;
-  std::optional<ApiStatus> connect_status;  // answer at once; unset = keep connect_done
-  std::function<void(ApiStatus)> connect_done;
-  ApiStatus disconnect_status = Fail(ErrorCode::kNotFound, "no session with that peer");
+  Status lookup_status;
+  Status load_status;
+  std::optional<Status> connect_status;  // answer at once; unset = keep connect_done
+  std::function<void(Status)> connect_done;
+  Status disconnect_status = Status::NotFound("no session with that peer");
 
  private:
   ResultSink& results_;
@@ -205,7 +205,7 @@ class Daemon {
         server_(io_, std::move(options), registry_) {
     spdlog::set_level(spdlog::level::warn);  // connection and engine logs would drown the test output
     registry_.set_peer_service(&peers_);
-    if (ApiStatus failed = server_.Start()) throw std::runtime_error(failed->message);
+    if (Status failed = server_.Start(); !failed.ok()) throw std::runtime_error(failed.message());
   }
   ~Daemon() {
     server_.Stop();

@@ -240,7 +240,7 @@ TEST_CASE("lookup answers hit, miss or retry per key") {
                                  {"keys", HexKeys({"aa"})}})) == "bad_request");
   CHECK(ErrorCodeOf(client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", "r"},
                                  {"keys", HexKeys({"aa"})}, {"flush", 1}})) == "bad_request");
-  daemon.peers().lookup_status = Fail(ErrorCode::kPeerUnavailable, "backing off");
+  daemon.peers().lookup_status = Status::Unavailable("backing off");
   CHECK(ErrorCodeOf(client.Call({{"op", "lookup"}, {"peer", "node-c:5710"}, {"kv_request_id", "req-2"},
                                  {"keys", HexKeys({"aa"})}})) == "peer_unavailable");
   CHECK(daemon.peers().lookups.size() == 2);
@@ -275,9 +275,9 @@ TEST_CASE("load: conflicts and range errors are refused before the peer side see
   CHECK(other.client.Call(Load(1, HexKeys({"cc"}), {0}, "req-1", "node-c:5710")).at("ok") == true);
 
   // The peer side's refusal is passed on and leaves no job behind.
-  daemon.peers().load_status = Fail(ErrorCode::kBadRequest, "key 'cc' is not a confirmed hit");
+  daemon.peers().load_status = Status::Invalid("key 'cc' is not a confirmed hit");
   CHECK(ErrorCodeOf(client.Call(Load(2, HexKeys({"cc"}), {4}))) == "bad_request");
-  daemon.peers().load_status.reset();
+  daemon.peers().load_status = Status::Ok();
   CHECK(client.Call(Load(2, HexKeys({"cc"}), {4})).at("ok") == true);
   CHECK(client.Call({{"op", "status"}}).at("engines").at(0).at("loads_in_flight") == 2);
 }

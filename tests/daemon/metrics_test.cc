@@ -219,7 +219,7 @@ TEST_CASE("the metrics text of the control side is well formed, with labelled co
   counters.Add(Counter::kRequests, 7);
   counters.Add(CounterFamily::kControlRequests, ControlRequestLabel("status"), 3);
   counters.Add(CounterFamily::kControlRequests, ControlRequestLabel("no_such_op"), 1);
-  counters.Add(CounterFamily::kControlErrors, static_cast<size_t>(ErrorCode::kUnknownOp), 1);
+  counters.Add(CounterFamily::kControlErrors, ApiErrorIndex(Status::UnknownOp("x")), 1);
   counters.Add(CounterFamily::kStoreFailures, StoreFailureLabel(session::JobFailure::kTimeout), 2);
   counters.Add(Counter::kStoreResultsFailed, 2);
   counters.Add(Counter::kConfigReloads, 1);
@@ -306,14 +306,14 @@ constexpr uint64_t kBlockLen = 4096;
 struct Node {
   Node(asio::io_context& io, const std::string& fingerprint)
       : model(kBlockLen, fingerprint, "seed"), memfd(testing::MakeMemfd(4 * kBlockLen)) {
-    REQUIRE_FALSE(ShmRegion::MapFd(memfd.get(), {4, kBlockLen, 0}, &region));
+    REQUIRE(ShmRegion::MapFd(memfd.get(), {4, kBlockLen, 0}, &region).ok());
     index.AddEngine(1, region, nullptr);
     PeerManagerConfig config;
     config.listen_host = "127.0.0.1";
     config.listen_port = 0;
     config.handshake_timeout = std::chrono::seconds(5);
     peers = std::make_unique<PeerManager>(io, config, model, index, sink);
-    peers->Listen();
+    REQUIRE(peers->Listen().ok());
     peers->set_node_id(peers->listen_address());
   }
   std::vector<ParsedSample> Scrape() const {
@@ -380,12 +380,12 @@ TEST_CASE("lookups, loads and closes are counted per peer and timed, on both sid
   const std::string peer_a = a.peers->listen_address();
 
   std::vector<session::ProbeAnswer> answers;
-  REQUIRE_FALSE(b.peers->Lookup(peer_a, "req-1", keys, true, &answers));
+  REQUIRE(b.peers->Lookup(peer_a, "req-1", keys, true, &answers).ok());
   REQUIRE(RunUntil(io, [&] {
     b.peers->Lookup(peer_a, "req-1", keys, false, &answers);
     return answers == std::vector<session::ProbeAnswer>{session::ProbeAnswer::kHit, session::ProbeAnswer::kHit};
   }));
-  REQUIRE_FALSE(b.peers->Load(7, peer_a, "req-1", keys, {2, 3}, MakeSlotSink(b.region)));
+  REQUIRE(b.peers->Load(7, peer_a, "req-1", keys, {2, 3}, MakeSlotSink(b.region)).ok());
   REQUIRE(RunUntil(io, [&] { return !b.sink.loads.empty(); }));
   REQUIRE(b.sink.loads[0].success);
 
@@ -415,7 +415,7 @@ TEST_CASE("lookups, loads and closes are counted per peer and timed, on both sid
   CHECK(SampleValue(on_a, "kvpeer_peer_dials_total", {{"peer", peer_b}}) == 0);
 
   // The operator closes B's session: "operator" on B, "peer_disconnected" on A.
-  REQUIRE_FALSE(b.peers->Disconnect(peer_a));
+  REQUIRE(b.peers->Disconnect(peer_a).ok());
   REQUIRE(RunUntil(io, [&] {
     auto value = SampleValue(a.Scrape(), "kvpeer_peer_sessions_closed_total", {{"reason", "peer_disconnected"}});
     return value && *value == 1;
@@ -440,11 +440,11 @@ TEST_CASE("a fingerprint mismatch is a handshake failure on both sides, logged w
   Node a(io, "fp-one");
   Node c(io, "fp-two");
   const std::string peer_a = a.peers->listen_address();
-  std::optional<ApiStatus> connected;
-  c.peers->Connect(peer_a, [&](ApiStatus status) { connected = std::move(status); });
+  std::optional<Status> connected;
+  c.peers->Connect(peer_a, [&](Status status) { connected = std::move(status); });
   REQUIRE(RunUntil(io, [&] { return connected.has_value(); }));
-  REQUIRE(connected->has_value());
-  CHECK((*connected)->code == ErrorCode::kPeerUnavailable);
+  REQUIRE_FALSE(connected->ok());
+  CHECK(connected->code() == Status::Code::kUnavailable);
   REQUIRE(RunUntil(io, [&] {
     auto value = SampleValue(a.Scrape(), "kvpeer_peer_handshake_failures_total", {{"reason", "config_fingerprint"}});
     return value && *value == 1;
@@ -515,7 +515,7 @@ TEST_CASE("the metrics listener answers GET /metrics with the text and everythin
     ++scrapes;
     return body;
   });
-  REQUIRE(server.Start().empty());
+  REQUIRE(server.Start().ok());
   const uint16_t port = static_cast<uint16_t>(std::stoi(server.address().substr(server.address().rfind(':') + 1)));
   auto guard = asio::make_work_guard(io);
   std::thread loop([&] { io.run(); });
@@ -549,10 +549,10 @@ TEST_CASE("the metrics listener answers GET /metrics with the text and everythin
 TEST_CASE("the metrics listener reports an address it cannot bind") {
   asio::io_context io;
   MetricsHttpServer first(io, {"127.0.0.1", 0}, [] { return std::string(); });
-  REQUIRE(first.Start().empty());
+  REQUIRE(first.Start().ok());
   const uint16_t port = static_cast<uint16_t>(std::stoi(first.address().substr(first.address().rfind(':') + 1)));
   MetricsHttpServer second(io, {"127.0.0.1", port}, [] { return std::string(); });
-  const std::string error = second.Start();
+  const std::string error = second.Start().message();
   CHECK(error.find("cannot listen on metrics-listen 127.0.0.1:" + std::to_string(port)) == 0);
 }
 

@@ -37,7 +37,7 @@ struct Fixture {
   std::string head = "HEAD-OF-FRAME";
 
   Fixture() {
-    REQUIRE_FALSE(ShmRegion::MapFd(fd.get(), {8, kBlockLen, 0}, &region));
+    REQUIRE(ShmRegion::MapFd(fd.get(), {8, kBlockLen, 0}, &region).ok());
     for (uint32_t i = 0; i < 8; ++i) {
       std::fill(region->Block(i).begin(), region->Block(i).end(), static_cast<uint8_t>('a' + i));
       blocks.push_back(std::make_shared<RegionPin>(region, i));

@@ -1,0 +1,53 @@
+// StatusOr<T>: a value of T, or the failed Status that explains why there is
+// none. The result type of an operation that produces something and can
+// fail; an operation that only succeeds or fails returns a Status.
+//
+//   StatusOr<Settings> settings = LoadSettings(path);
+//   if (!settings.ok()) return settings.status();
+//   Use(*settings);
+//
+// No exceptions: reading the value of a failed StatusOr is a bug (asserted
+// in debug builds), as is building one from an ok Status.
+//
+// Thread-safety: a plain value, like Status.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <utility>
+
+#include "base/status.h"
+
+namespace kvpeer {
+
+template <typename T>
+class StatusOr {
+ public:
+  // REQUIRES: !status.ok()
+  StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}                                   // NOLINT: implicit by design
+
+  bool ok() const { return value_.has_value(); }
+  // Ok when a value is held.
+  const Status& status() const { return status_; }
+
+  // REQUIRES: ok()
+  T& value() & { return Checked(); }
+  const T& value() const& { return const_cast<StatusOr*>(this)->Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T& operator*() & { return Checked(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  T& Checked() {
+    assert(value_.has_value());
+    return *value_;
+  }
+
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace kvpeer
