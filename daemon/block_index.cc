@@ -7,9 +7,7 @@
 
 namespace kvpeer::daemon {
 
-// A block id within an engine region. (Inside NodeBlockIndex members the name
-// BlockIndex means the session interface, hence the alias.)
-using SlotId = protocol::BlockIndex;
+using protocol::SlotIndex;
 using protocol::Key;
 
 // One slot that is published, pinned, or waiting to be reported free.
@@ -24,20 +22,20 @@ struct SlotState {
 // An engine's part of the index. Shared by the index and by every pin of the
 // engine's region, so pins can unpin (and report) after the engine or even
 // the index has gone.
-struct NodeBlockIndex::Engine {
+struct NodePublishedBlocks::Engine {
   std::shared_ptr<ShmRegion> region;
-  std::unordered_map<SlotId, SlotState> slots;
+  std::unordered_map<SlotIndex, SlotState> slots;
   ReleasedFn on_released;  // empty once the engine is removed
   size_t published = 0;
   std::shared_ptr<uint64_t> node_pins;  // the index's count of live pins
 
-  void Released(SlotId slot) {
+  void Released(SlotIndex slot) {
     if (on_released) on_released(slot);
   }
 
   // A key at `slot` was withdrawn. Returns true when the slot became free
   // now; false when it is still pinned (reported later) or holds other keys.
-  bool Withdraw(SlotId slot, bool* pinned) {
+  bool Withdraw(SlotIndex slot, bool* pinned) {
     --published;
     SlotState& state = slots[slot];
     *pinned = false;
@@ -52,7 +50,7 @@ struct NodeBlockIndex::Engine {
     return true;
   }
 
-  void Unpin(SlotId slot) {
+  void Unpin(SlotIndex slot) {
     auto it = slots.find(slot);
     if (it == slots.end() || --it->second.pins > 0 || it->second.keys > 0) return;
     const bool report = it->second.release_pending;
@@ -66,7 +64,7 @@ namespace {
 class SlotPin : public session::PinnedBlock {
  public:
   // `sealed` overrides the slot's own kept checksum (a sealed store).
-  SlotPin(std::shared_ptr<NodeBlockIndex::Engine> engine, SlotId slot, std::shared_ptr<const void> attachment,
+  SlotPin(std::shared_ptr<NodePublishedBlocks::Engine> engine, SlotIndex slot, std::shared_ptr<const void> attachment,
           std::optional<uint64_t> sealed)
       : engine_(std::move(engine)), slot_(slot), attachment_(std::move(attachment)) {
     SlotState& state = engine_->slots[slot_];
@@ -93,8 +91,8 @@ class SlotPin : public session::PinnedBlock {
   }
 
  private:
-  std::shared_ptr<NodeBlockIndex::Engine> engine_;
-  SlotId slot_;
+  std::shared_ptr<NodePublishedBlocks::Engine> engine_;
+  SlotIndex slot_;
   std::shared_ptr<const void> attachment_;
   std::optional<uint64_t> sealed_;
 };
@@ -104,12 +102,12 @@ class RegionSink : public session::SlotSink {
   explicit RegionSink(std::shared_ptr<ShmRegion> region) : region_(std::move(region)) {}
   // An index outside the region yields an empty span rather than memory
   // past the mapping; the control side never hands out such an index.
-  std::span<uint8_t> Slot(SlotId index) override {
+  std::span<uint8_t> Slot(SlotIndex index) override {
     if (index >= region_->num_blocks()) return {};
     return region_->Block(index);
   }
   bool Writable() const override { return region_->StillBacked(); }
-  std::optional<uint64_t> LandedChecksum(SlotId index) override {
+  std::optional<uint64_t> LandedChecksum(SlotIndex index) override {
     if (!Writable()) return std::nullopt;
     return GuardedChecksum(Slot(index));
   }
@@ -120,10 +118,10 @@ class RegionSink : public session::SlotSink {
 
 }  // namespace
 
-NodeBlockIndex::NodeBlockIndex() : live_pins_(std::make_shared<uint64_t>(0)) {}
-NodeBlockIndex::~NodeBlockIndex() = default;
+NodePublishedBlocks::NodePublishedBlocks() : live_pins_(std::make_shared<uint64_t>(0)) {}
+NodePublishedBlocks::~NodePublishedBlocks() = default;
 
-void NodeBlockIndex::AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released) {
+void NodePublishedBlocks::AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released) {
   auto state = std::make_shared<Engine>();
   state->region = std::move(region);
   state->on_released = std::move(on_released);
@@ -131,7 +129,7 @@ void NodeBlockIndex::AddEngine(EngineId engine, std::shared_ptr<ShmRegion> regio
   engines_[engine] = std::move(state);
 }
 
-void NodeBlockIndex::RemoveEngine(EngineId engine) {
+void NodePublishedBlocks::RemoveEngine(EngineId engine) {
   auto it = engines_.find(engine);
   if (it == engines_.end()) return;
   it->second->on_released = nullptr;
@@ -149,20 +147,20 @@ void NodeBlockIndex::RemoveEngine(EngineId engine) {
   engines_.erase(it);
 }
 
-NodeBlockIndex::Location* NodeBlockIndex::Holding(std::vector<Location>& holders, EngineId engine) {
+NodePublishedBlocks::Location* NodePublishedBlocks::Holding(std::vector<Location>& holders, EngineId engine) {
   for (Location& holder : holders) {
     if (holder.engine == engine) return &holder;
   }
   return nullptr;
 }
 
-size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys, const std::vector<SlotId>& block_ids,
+size_t NodePublishedBlocks::Publish(EngineId engine, const std::vector<Key>& keys, const std::vector<SlotIndex>& slots,
                                bool seal) {
   Engine& owner = *engines_.at(engine);
   // The engine vouches for the slot's bytes as they are now: a sealed
   // publish takes their checksum, an unsealed one drops an older seal.
   // (A pin taken earlier keeps the value it began with.)
-  for (SlotId slot : block_ids) {
+  for (SlotIndex slot : slots) {
     if (seal) {
       owner.slots[slot].sealed = SealOf(engine, slot);
     } else if (auto it = owner.slots.find(slot); it != owner.slots.end()) {
@@ -172,16 +170,16 @@ size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys, co
   for (size_t i = 0; i < keys.size(); ++i) {
     std::vector<Location>& holders = keys_[keys[i]];
     if (Location* held = Holding(holders, engine)) {
-      if (held->slot == block_ids[i]) continue;  // already there
+      if (held->slot == slots[i]) continue;  // already there
       // A move of this engine's own holding: its old slot may become free,
       // and the engine hears of it (its own request caused it).
       bool pinned = false;
       if (owner.Withdraw(held->slot, &pinned)) owner.Released(held->slot);
-      held->slot = block_ids[i];
+      held->slot = slots[i];
     } else {
-      holders.push_back(Location{engine, block_ids[i]});
+      holders.push_back(Location{engine, slots[i]});
     }
-    SlotState& slot = owner.slots[block_ids[i]];
+    SlotState& slot = owner.slots[slots[i]];
     ++slot.keys;
     // Reusing a slot before its release was reported is the engine's
     // business; it is published again, so nothing is owed for it.
@@ -191,7 +189,7 @@ size_t NodeBlockIndex::Publish(EngineId engine, const std::vector<Key>& keys, co
   return keys.size();
 }
 
-UnpublishResult NodeBlockIndex::Unpublish(EngineId engine, const std::vector<Key>& keys) {
+UnpublishResult NodePublishedBlocks::Unpublish(EngineId engine, const std::vector<Key>& keys) {
   UnpublishResult result;
   auto owner = engines_.find(engine);
   if (owner == engines_.end()) return result;
@@ -200,7 +198,7 @@ UnpublishResult NodeBlockIndex::Unpublish(EngineId engine, const std::vector<Key
     if (it == keys_.end()) continue;
     Location* held = Holding(it->second, engine);
     if (held == nullptr) continue;  // another engine's holding is not this one's to withdraw
-    const SlotId slot = held->slot;
+    const SlotIndex slot = held->slot;
     std::erase_if(it->second, [engine](const Location& holder) { return holder.engine == engine; });
     if (it->second.empty()) keys_.erase(it);
     bool pinned = false;
@@ -210,7 +208,7 @@ UnpublishResult NodeBlockIndex::Unpublish(EngineId engine, const std::vector<Key
   return result;
 }
 
-session::PinRef NodeBlockIndex::PinIfPublished(const Key& key) {
+session::PinRef NodePublishedBlocks::PinIfPublished(const Key& key) {
   auto it = keys_.find(key);
   if (it == keys_.end() || it->second.empty()) return nullptr;
   // Any holder may serve; the earliest one does.
@@ -218,28 +216,28 @@ session::PinRef NodeBlockIndex::PinIfPublished(const Key& key) {
   return std::make_shared<SlotPin>(engines_.at(holder.engine), holder.slot, nullptr, std::nullopt);
 }
 
-uint32_t NodeBlockIndex::holders(const Key& key) const {
+uint32_t NodePublishedBlocks::holders(const Key& key) const {
   auto it = keys_.find(key);
   return it == keys_.end() ? 0 : static_cast<uint32_t>(it->second.size());
 }
 
-session::PinRef NodeBlockIndex::Pin(EngineId engine, SlotId slot, std::shared_ptr<const void> attachment,
+session::PinRef NodePublishedBlocks::Pin(EngineId engine, SlotIndex slot, std::shared_ptr<const void> attachment,
                                     std::optional<uint64_t> sealed) {
   return std::make_shared<SlotPin>(engines_.at(engine), slot, std::move(attachment), sealed);
 }
 
-std::optional<uint64_t> NodeBlockIndex::SealOf(EngineId engine, SlotId slot) const {
+std::optional<uint64_t> NodePublishedBlocks::SealOf(EngineId engine, SlotIndex slot) const {
   const ShmRegion& region = *engines_.at(engine)->region;
   if (!region.StillBacked()) return std::nullopt;
   return GuardedChecksum(region.Block(slot));
 }
 
-size_t NodeBlockIndex::published(EngineId engine) const {
+size_t NodePublishedBlocks::published(EngineId engine) const {
   auto it = engines_.find(engine);
   return it == engines_.end() ? 0 : it->second->published;
 }
 
-uint32_t NodeBlockIndex::live_pins(EngineId engine, SlotId slot) const {
+uint32_t NodePublishedBlocks::live_pins(EngineId engine, SlotIndex slot) const {
   auto it = engines_.find(engine);
   if (it == engines_.end()) return 0;
   auto state = it->second->slots.find(slot);

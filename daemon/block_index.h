@@ -1,4 +1,4 @@
-// NodeBlockIndex: the node-wide index of published keys over every local
+// NodePublishedBlocks: the node-wide index of published keys over every local
 // engine's region, and the pins that keep source blocks stable.
 //
 // A key may be held by several engines of the node, each at one of its own
@@ -43,19 +43,19 @@ namespace kvpeer::daemon {
 using EngineId = uint64_t;
 
 struct UnpublishResult {
-  std::vector<protocol::BlockIndex> released;  // free now
-  std::vector<protocol::BlockIndex> pinned;    // free once a released event names them
+  std::vector<protocol::SlotIndex> released;  // free now
+  std::vector<protocol::SlotIndex> pinned;    // free once a released event names them
 };
 
-class NodeBlockIndex : public session::BlockIndex {
+class NodePublishedBlocks : public session::PublishedBlocks {
  public:
   // Called with a slot of the engine that has just become free.
-  using ReleasedFn = std::function<void(protocol::BlockIndex)>;
+  using ReleasedFn = std::function<void(protocol::SlotIndex)>;
 
-  NodeBlockIndex();
-  ~NodeBlockIndex() override;
-  NodeBlockIndex(const NodeBlockIndex&) = delete;
-  NodeBlockIndex& operator=(const NodeBlockIndex&) = delete;
+  NodePublishedBlocks();
+  ~NodePublishedBlocks() override;
+  NodePublishedBlocks(const NodePublishedBlocks&) = delete;
+  NodePublishedBlocks& operator=(const NodePublishedBlocks&) = delete;
 
   // REQUIRES: `engine` was not added before.
   void AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released);
@@ -63,37 +63,37 @@ class NodeBlockIndex : public session::BlockIndex {
   // pins keep reading its region until they drop. No-op if not added.
   void RemoveEngine(EngineId engine);
 
-  // REQUIRES: `engine` added; keys.size() == block_ids.size(); every id
+  // REQUIRES: `engine` added; keys.size() == slots.size(); every id
   // below the region's num_blocks. Returns how many keys were published.
   // `seal` (control-api.md `publish`): each named slot's XXH3-64 is taken
   // now and kept, and every pin of the slot taken while it stays published
   // sends that value, so a consumer fails a load whose source changed since;
   // an unsealed publish of a slot drops its kept value.
   size_t Publish(EngineId engine, const std::vector<protocol::Key>& keys,
-                 const std::vector<protocol::BlockIndex>& block_ids, bool seal = false);
+                 const std::vector<protocol::SlotIndex>& slots, bool seal = false);
   // Withdraws those of `keys` that `engine` publishes (others are ignored).
   // A slot still holding another key is in neither list.
   UnpublishResult Unpublish(EngineId engine, const std::vector<protocol::Key>& keys);
 
-  // session::BlockIndex.
+  // session::PublishedBlocks.
   session::PinRef PinIfPublished(const protocol::Key& key) override;
 
   // Pins a slot of `engine` whether or not anything is published there.
   // `attachment` lives exactly as long as the pin (after the slot is
   // unpinned, it is released). `sealed`: the checksum the pin sends instead
   // of a fresh one (a sealed store). REQUIRES: `engine` added, slot in range.
-  session::PinRef Pin(EngineId engine, protocol::BlockIndex slot, std::shared_ptr<const void> attachment,
+  session::PinRef Pin(EngineId engine, protocol::SlotIndex slot, std::shared_ptr<const void> attachment,
                       std::optional<uint64_t> sealed = std::nullopt);
 
   // The XXH3-64 of a slot of `engine` as it is now, for a sealed publish or
   // store; nullopt when the region's file no longer covers it.
   // REQUIRES: `engine` added, slot in range.
-  std::optional<uint64_t> SealOf(EngineId engine, protocol::BlockIndex slot) const;
+  std::optional<uint64_t> SealOf(EngineId engine, protocol::SlotIndex slot) const;
 
   // Keys `engine` publishes now (0 if unknown).
   size_t published(EngineId engine) const;
   // Live pins of one slot (tests, diagnostics).
-  uint32_t live_pins(EngineId engine, protocol::BlockIndex slot) const;
+  uint32_t live_pins(EngineId engine, protocol::SlotIndex slot) const;
   // Distinct keys published on the node.
   size_t size() const { return keys_.size(); }
   // Engines holding `key` now (tests, diagnostics).
@@ -107,7 +107,7 @@ class NodeBlockIndex : public session::BlockIndex {
  private:
   struct Location {
     EngineId engine;
-    protocol::BlockIndex slot;
+    protocol::SlotIndex slot;
   };
 
   // `engine`'s holding among `holders`, or null.

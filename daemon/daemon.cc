@@ -107,7 +107,7 @@ struct Daemon::Parts {
   }
 
   NodeModel model;
-  NodeBlockIndex index;
+  NodePublishedBlocks index;
   EngineRegistry engines;
   PeerManager peers;
   std::unique_ptr<ControlServer> control;

@@ -5,7 +5,7 @@
 namespace kvpeer::daemon {
 
 namespace json = boost::json;
-using protocol::BlockIndex;
+using protocol::SlotIndex;
 
 Status EngineJobs::CheckJobIdFree(int64_t job_id) const {
   if (!jobs_.contains(job_id)) return Status::Ok();
@@ -13,8 +13,8 @@ Status EngineJobs::CheckJobIdFree(int64_t job_id) const {
               "job_id " + std::to_string(job_id) + " is still in use: its result has not been delivered by poll yet");
 }
 
-Status EngineJobs::CheckLoadSlots(const std::vector<BlockIndex>& slots) const {
-  std::unordered_map<BlockIndex, size_t> seen;
+Status EngineJobs::CheckLoadSlots(const std::vector<SlotIndex>& slots) const {
+  std::unordered_map<SlotIndex, size_t> seen;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (auto [it, fresh] = seen.emplace(slots[i], i); !fresh) {
       return Status::Invalid("field 'block_ids' names slot " + std::to_string(slots[i]) +
@@ -30,12 +30,12 @@ Status EngineJobs::CheckLoadSlots(const std::vector<BlockIndex>& slots) const {
 }
 
 void EngineJobs::AddLoad(int64_t job_id, session::JobId node_job, const std::string& kv_request_id,
-                         std::vector<BlockIndex> slots) {
+                         std::vector<SlotIndex> slots) {
   Job& job = jobs_[job_id];
   job.node_job = node_job;
   job.is_load = true;
   job.result.kv_request_id = kv_request_id;
-  for (BlockIndex slot : slots) load_slots_[slot] = job_id;
+  for (SlotIndex slot : slots) load_slots_[slot] = job_id;
   job.dest_slots = std::move(slots);
   ++loads_in_flight_;
 }
@@ -55,7 +55,7 @@ void EngineJobs::Remove(int64_t job_id, session::JobId node_job) {
 }
 
 void EngineJobs::EndLoadSlots(int64_t job_id, Job& job) {
-  for (BlockIndex slot : job.dest_slots) {
+  for (SlotIndex slot : job.dest_slots) {
     auto it = load_slots_.find(slot);
     if (it != load_slots_.end() && it->second == job_id) load_slots_.erase(it);
   }
@@ -93,7 +93,7 @@ void EngineJobs::OnRequestFailed(const std::string& kv_request_id) {
   on_ready_();
 }
 
-void EngineJobs::OnReleased(BlockIndex slot) {
+void EngineJobs::OnReleased(SlotIndex slot) {
   released_.push_back(slot);
   on_ready_();
 }

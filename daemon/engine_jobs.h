@@ -36,11 +36,11 @@ class EngineJobs {
   // conflict when `job_id` has no delivered result yet.
   Status CheckJobIdFree(int64_t job_id) const;
   // bad_request for a slot named twice, conflict for a slot of a load in flight.
-  Status CheckLoadSlots(const std::vector<protocol::BlockIndex>& slots) const;
+  Status CheckLoadSlots(const std::vector<protocol::SlotIndex>& slots) const;
 
   // REQUIRES: the checks above passed.
   void AddLoad(int64_t job_id, session::JobId node_job, const std::string& kv_request_id,
-               std::vector<protocol::BlockIndex> slots);
+               std::vector<protocol::SlotIndex> slots);
   // A store starts pinned; OnStorePinsDropped ends that.
   void AddStore(int64_t job_id, session::JobId node_job, const std::string& kv_request_id);
   // Undoes AddLoad/AddStore of a job that owes no result after all.
@@ -50,7 +50,7 @@ class EngineJobs {
   void OnResult(int64_t job_id, const session::JobResult& result);
   void OnStorePinsDropped(int64_t job_id, session::JobId node_job);
   void OnRequestFailed(const std::string& kv_request_id);
-  void OnReleased(protocol::BlockIndex slot);
+  void OnReleased(protocol::SlotIndex slot);
 
   bool HasReport() const { return !ready_.empty() || !failed_requests_.empty() || !released_.empty(); }
   // Moves everything ready into `results`, `failed_requests` and `released`
@@ -69,7 +69,7 @@ class EngineJobs {
   struct Job {
     session::JobId node_job = 0;
     bool is_load = false;
-    std::vector<protocol::BlockIndex> dest_slots;  // loads, until reported
+    std::vector<protocol::SlotIndex> dest_slots;  // loads, until reported
     bool reported = false;
     bool pinned = false;  // stores: some pin still reads a slot
     session::JobResult result;
@@ -79,12 +79,12 @@ class EngineJobs {
 
   std::function<void()> on_ready_;
   std::map<int64_t, Job> jobs_;
-  std::unordered_map<protocol::BlockIndex, int64_t> load_slots_;  // slot -> load job in flight
+  std::unordered_map<protocol::SlotIndex, int64_t> load_slots_;  // slot -> load job in flight
   size_t loads_in_flight_ = 0;
   std::deque<int64_t> ready_;
   std::vector<std::string> failed_requests_;
   std::set<std::string> failed_set_;
-  std::vector<protocol::BlockIndex> released_;
+  std::vector<protocol::SlotIndex> released_;
 };
 
 }  // namespace kvpeer::daemon

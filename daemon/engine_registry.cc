@@ -12,7 +12,7 @@ namespace kvpeer::daemon {
 
 namespace json = boost::json;
 
-EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodeBlockIndex& index,
+EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodePublishedBlocks& index,
                                std::string node_id)
     : executor_(std::move(executor)), model_(model), index_(index), node_id_(std::move(node_id)) {}
 

@@ -46,7 +46,7 @@ class EngineRegistry : public ResultSink {
  public:
   // `node_id` is answered to `hello`. The model and the index must outlive
   // the registry.
-  EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodeBlockIndex& index, std::string node_id);
+  EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodePublishedBlocks& index, std::string node_id);
   ~EngineRegistry() override;
   EngineRegistry(const EngineRegistry&) = delete;
   EngineRegistry& operator=(const EngineRegistry&) = delete;
@@ -93,7 +93,7 @@ class EngineRegistry : public ResultSink {
 
   // --- Used by EngineSession. ---
   const boost::asio::any_io_executor& executor() const { return executor_; }
-  NodeBlockIndex& index() { return index_; }
+  NodePublishedBlocks& index() { return index_; }
   // A fresh node-wide job id whose result goes to (engine, engine_job).
   session::JobId AddRoute(EngineId engine, int64_t engine_job);
   void DropRoute(session::JobId job);
@@ -129,7 +129,7 @@ class EngineRegistry : public ResultSink {
 
   boost::asio::any_io_executor executor_;
   NodeModel& model_;
-  NodeBlockIndex& index_;
+  NodePublishedBlocks& index_;
   std::string node_id_;
   PeerService* peers_ = nullptr;
   Counters counters_;

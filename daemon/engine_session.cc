@@ -13,7 +13,7 @@
 namespace kvpeer::daemon {
 
 namespace json = boost::json;
-using protocol::BlockIndex;
+using protocol::SlotIndex;
 
 namespace {
 
@@ -32,7 +32,7 @@ const char* AnswerName(session::ProbeAnswer answer) {
   return "retry";
 }
 
-json::array ToArray(const std::vector<BlockIndex>& items) { return json::array(items.begin(), items.end()); }
+json::array ToArray(const std::vector<SlotIndex>& items) { return json::array(items.begin(), items.end()); }
 
 }  // namespace
 
@@ -115,7 +115,7 @@ Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, j
   region_ = std::move(region);
   region_id_ = id_;
   std::weak_ptr<EngineSession> weak = weak_from_this();
-  registry_.index().AddEngine(id_, region_, [weak](BlockIndex slot) {
+  registry_.index().AddEngine(id_, region_, [weak](SlotIndex slot) {
     if (auto session = weak.lock(); session && !session->closed_) session->jobs_.OnReleased(slot);
   });
   spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks,
@@ -130,7 +130,7 @@ Status EngineSession::CheckRegion(std::string_view op) const {
   return Status::NoRegion(std::string(op) + " needs a region: send register_region first");
 }
 
-Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<BlockIndex>* slots) const {
+Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<SlotIndex>* slots) const {
   slots->clear();
   slots->reserve(block_ids.size());
   for (size_t i = 0; i < block_ids.size(); ++i) {
@@ -139,7 +139,7 @@ Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std:
                                     ", not below the region's num_blocks " +
                                     std::to_string(region_->num_blocks()));
     }
-    slots->push_back(static_cast<BlockIndex>(block_ids[i]));
+    slots->push_back(static_cast<SlotIndex>(block_ids[i]));
   }
   return Status::Ok();
 }
@@ -173,7 +173,7 @@ Status EngineSession::Publish(const json::object& request, json::object* respons
   reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
   if (!reader.ok()) return reader.status();
   if (Status bad = CheckRegion("publish"); !bad.ok()) return bad;
-  std::vector<BlockIndex> slots;
+  std::vector<SlotIndex> slots;
   if (Status bad = CheckBlockIds(block_ids, &slots); !bad.ok()) return bad;
   (*response)["published"] = registry_.index().Publish(id_, keys, slots, seal.value_or(false));
   return Status::Ok();
@@ -257,8 +257,8 @@ Status EngineSession::ReadJob(const json::object& request, std::string_view op, 
 // by a peer's round that hit a key published there or by a store job
 // without its result. Loading into it would serve that peer the new bytes
 // under the old key (issue 11, finding 5). One index lookup per slot.
-Status EngineSession::CheckSlotsUnpinned(const std::vector<BlockIndex>& slots) const {
-  for (BlockIndex slot : slots) {
+Status EngineSession::CheckSlotsUnpinned(const std::vector<SlotIndex>& slots) const {
+  for (SlotIndex slot : slots) {
     if (registry_.index().live_pins(id_, slot) == 0) continue;
     return Status::Conflict(
                 "block id " + std::to_string(slot) +
@@ -277,7 +277,7 @@ Status EngineSession::Load(const json::object& request, json::object*) {
   const int64_t job_id = job.job_id;
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
-  std::vector<BlockIndex>& slots = job.slots;
+  std::vector<SlotIndex>& slots = job.slots;
   if (Status busy = jobs_.CheckLoadSlots(slots); !busy.ok()) return busy;
   if (Status busy = CheckSlotsUnpinned(slots); !busy.ok()) return busy;
   if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
@@ -308,7 +308,7 @@ Status EngineSession::Store(const json::object& request, json::object*) {
   const int64_t job_id = job.job_id;
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
-  const std::vector<BlockIndex>& slots = job.slots;
+  const std::vector<SlotIndex>& slots = job.slots;
   if (std::optional<EngineId> owner = registry_.SupplyOwner(kv_request_id); owner && *owner != id_) {
     return Status::Conflict("kv_request_id '" + kv_request_id +
                                 "' has supply from another engine of this node; a request's supply is "
@@ -323,7 +323,7 @@ Status EngineSession::Store(const json::object& request, json::object*) {
   std::vector<session::PinRef> pins;
   {
     auto guard = std::make_shared<StoreGuard>(weak_from_this(), job_id, node_job);
-    for (BlockIndex slot : slots) {
+    for (SlotIndex slot : slots) {
       std::optional<uint64_t> sealed = job.seal ? registry_.index().SealOf(id_, slot) : std::nullopt;
       pins.push_back(registry_.index().Pin(id_, slot, guard, sealed));
     }

@@ -94,15 +94,15 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
     int64_t job_id = 0;
     std::string kv_request_id;
     std::vector<protocol::Key> keys;
-    std::vector<protocol::BlockIndex> slots;
+    std::vector<protocol::SlotIndex> slots;
     bool seal = false;  // store's `seal`: the slots' checksums are kept from now
   };
   // Reads and checks what load (with `peer`) and store (peer null) share.
   Status ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
                  JobRequest* job) const;
-  Status CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::BlockIndex>* slots) const;
+  Status CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::SlotIndex>* slots) const;
   // conflict naming the first of `slots` with live pins of this engine.
-  Status CheckSlotsUnpinned(const std::vector<protocol::BlockIndex>& slots) const;
+  Status CheckSlotsUnpinned(const std::vector<protocol::SlotIndex>& slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
   Status CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
   // Claims (peer, kv_request_id) for this engine; true when newly claimed.

@@ -45,7 +45,7 @@ uint64_t PayloadBytes(const session::OutFrame& frame) {
 
 }  // namespace
 
-PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config, session::BlockIndex& index,
+PeerConnection::PeerConnection(PeerStream stream, session::SessionConfig config, session::PublishedBlocks& index,
                                std::string expected_peer_id, ConnectionListener& listener)
     : stream_(std::move(stream)),
       socket_(stream_.socket()),

@@ -93,7 +93,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // `expected_peer_id` is the dialled peer, empty for an accepted socket.
   // `stream` is a TCP socket, or one wrapped for TLS (the TLS handshake
   // runs first, within the session's handshake deadline).
-  PeerConnection(PeerStream stream, session::SessionConfig config, session::BlockIndex& index,
+  PeerConnection(PeerStream stream, session::SessionConfig config, session::PublishedBlocks& index,
                  std::string expected_peer_id, ConnectionListener& listener);
   ~PeerConnection();
 
@@ -230,7 +230,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
 
   PeerStream stream_;
   boost::asio::ip::tcp::socket& socket_;  // stream_'s TCP socket
-  session::BlockIndex& index_;
+  session::PublishedBlocks& index_;
   ConnectionListener& listener_;
   std::unique_ptr<session::PeerSession> session_;
   protocol::FrameDecoder decoder_;

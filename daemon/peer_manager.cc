@@ -41,7 +41,7 @@ bool IsResourceExhaustion(const boost::system::error_code& ec) {
 }  // namespace
 
 PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeModel& model,
-                         session::BlockIndex& index, ResultSink& results)
+                         session::PublishedBlocks& index, ResultSink& results)
     : io_(io),
       config_(std::move(config)),
       model_(model),
@@ -470,7 +470,7 @@ size_t PeerManager::FlushLookups() {
 }
 
 Status PeerManager::Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                            std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+                            std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
                             session::SlotSinkRef sink) {
   Status error;
   PeerConnection* connection = SessionFor(peer, &error);
@@ -483,7 +483,7 @@ Status PeerManager::Load(session::JobId job_id, const std::string& peer, const s
   const uint64_t load_bytes = keys.size() * model_.settings().block_len;
   // The start is noted before the after-step, which may already report the load's result.
   Status status = connection->WithSession([&](session::PeerSession& session) {
-    Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_ids), sink);
+    Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(slots), sink);
     if (requested.ok()) metrics_.RecordLoadStart(job_id, load_bytes);
     return requested;
   });

@@ -85,7 +85,7 @@ struct PeerManagerConfig {
 
 class PeerManager : public PeerService, private ConnectionListener {
  public:
-  PeerManager(boost::asio::io_context& io, PeerManagerConfig config, NodeModel& model, session::BlockIndex& index,
+  PeerManager(boost::asio::io_context& io, PeerManagerConfig config, NodeModel& model, session::PublishedBlocks& index,
               ResultSink& results);
   ~PeerManager() override;
 
@@ -119,7 +119,7 @@ class PeerManager : public PeerService, private ConnectionListener {
                 bool flush, std::vector<session::ProbeAnswer>* answers) override;
   size_t FlushLookups() override;
   Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-              std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+              std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
               session::SlotSinkRef sink) override;
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
@@ -201,7 +201,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   boost::asio::io_context& io_;
   PeerManagerConfig config_;
   NodeModel& model_;
-  session::BlockIndex& index_;
+  session::PublishedBlocks& index_;
   ResultSink& results_;
   std::string epoch_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -52,7 +52,7 @@ class PeerService {
   // through ResultSink::OnLoadResult(job_id). An error means no result is
   // owed.
   virtual Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                      std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+                      std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
                       session::SlotSinkRef sink) = 0;
   // Offers supply for a remote decoder's fetch of `kv_request_id`; the
   // result arrives through ResultSink::OnStoreResult(job_id).

@@ -79,7 +79,7 @@ namespace {
 namespace protocol = kvpeer::protocol;
 namespace session = kvpeer::session;
 using kvpeer::Status;
-using protocol::BlockIndex;
+using protocol::SlotIndex;
 using protocol::Key;
 using protocol::Message;
 using protocol::RoundSeq;
@@ -169,7 +169,7 @@ class FuzzPin : public session::PinnedBlock {
   std::optional<JobId> job_;  // the store job that supplied it; none for a lookup pin
 };
 
-class Index : public session::BlockIndex {
+class Index : public session::SlotIndex {
  public:
   explicit Index(Region& region) : region_(region) {}
   PinRef PinIfPublished(const Key& key) override {
@@ -187,31 +187,31 @@ class Index : public session::BlockIndex {
 // the load did not name is a property violation.
 class Sink : public session::SlotSink {
  public:
-  explicit Sink(const std::vector<BlockIndex>& requested) : requested_(requested.begin(), requested.end()) {}
-  std::span<uint8_t> Slot(BlockIndex index) override {
+  explicit Sink(const std::vector<SlotIndex>& requested) : requested_(requested.begin(), requested.end()) {}
+  std::span<uint8_t> Slot(SlotIndex index) override {
     Check(requested_.contains(index));
     std::vector<uint8_t>& slot = slots_[index];
     if (slot.empty()) slot.assign(kBlockLen, 0);
     return slot;
   }
-  const uint8_t* Address(BlockIndex index) const {
+  const uint8_t* Address(SlotIndex index) const {
     auto it = slots_.find(index);
     return it == slots_.end() ? nullptr : it->second.data();
   }
 
  private:
-  std::set<BlockIndex> requested_;
-  std::map<BlockIndex, std::vector<uint8_t>> slots_;
+  std::set<SlotIndex> requested_;
+  std::map<SlotIndex, std::vector<uint8_t>> slots_;
 };
 
 // ---- what the harness knows ------------------------------------------------
 
 struct LoadModel {
   std::string kv;
-  std::vector<BlockIndex> indexes;
+  std::vector<SlotIndex> indexes;
   std::shared_ptr<Sink> sink;
   std::optional<RoundSeq> round;  // known once its fetch left
-  std::set<BlockIndex> received;
+  std::set<SlotIndex> received;
   bool aborted = false;  // abort_fetch left for its round
   bool has_result = false;
 };
@@ -227,7 +227,7 @@ using RoundKey = std::pair<std::string, RoundSeq>;
 // terminal. `owed` is the (destination, key) pairs not sent yet.
 struct ServedRound {
   bool demand = false;
-  std::multiset<std::pair<BlockIndex, Key>> owed;
+  std::multiset<std::pair<SlotIndex, Key>> owed;
 };
 
 // A block_data frame whose header the session accepted and whose payload
@@ -637,9 +637,9 @@ void Harness::Inbound(const protocol::BlockData& m) {
   } else {
     Check(!load.aborted && !load.has_result);
     Check(frame.plan.targets.size() == m.block_indexes.size());
-    std::set<BlockIndex> in_frame;
+    std::set<SlotIndex> in_frame;
     for (size_t i = 0; i < m.block_indexes.size(); ++i) {
-      const BlockIndex index = m.block_indexes[i];
+      const SlotIndex index = m.block_indexes[i];
       Check(std::find(load.indexes.begin(), load.indexes.end(), index) != load.indexes.end());
       Check(!load.received.contains(index) && in_frame.insert(index).second);
       Check(frame.plan.targets[i].size() == kBlockLen && frame.plan.targets[i].data() == load.sink->Address(index));
@@ -833,10 +833,10 @@ void Harness::RequestBlocks() {
     }
   }
   if (keys.empty()) keys = PickKeys(4);
-  std::vector<BlockIndex> indexes(keys.size());
+  std::vector<SlotIndex> indexes(keys.size());
   const uint8_t base = in_.Byte();
   for (size_t i = 0; i < indexes.size(); ++i) {
-    indexes[i] = (mode & 2) != 0 ? in_.Byte() & 15 : static_cast<BlockIndex>(base + i);  // may repeat
+    indexes[i] = (mode & 2) != 0 ? in_.Byte() & 15 : static_cast<SlotIndex>(base + i);  // may repeat
   }
   if ((mode & 0x40) != 0 && !indexes.empty()) indexes.back() = 0x80000000u;  // beyond the wire's range
   if ((mode & 0x80) != 0 && !indexes.empty()) indexes.pop_back();           // lengths differ
@@ -944,7 +944,7 @@ void Harness::Step(uint8_t op) {
       for (size_t i = 0; i < n; ++i) {
         const uint8_t b = in_.Byte();
         if (load != load_by_round_.end() && b < 0xf0 && !loads_.at(load->second).indexes.empty()) {
-          const std::vector<BlockIndex>& indexes = loads_.at(load->second).indexes;
+          const std::vector<SlotIndex>& indexes = loads_.at(load->second).indexes;
           m.block_indexes.push_back(indexes[b % indexes.size()]);
         } else {
           m.block_indexes.push_back(b & 15);
@@ -1083,7 +1083,7 @@ void Harness::Collect() {
     if (result.success) {
       // Every destination arrived, each once, and the round was not aborted.
       Check(!load.aborted && load.round.has_value());
-      Check(load.received == std::set<BlockIndex>(load.indexes.begin(), load.indexes.end()));
+      Check(load.received == std::set<SlotIndex>(load.indexes.begin(), load.indexes.end()));
       Check(load.received.size() == load.indexes.size());
     } else {
       Check(!result.reason.empty());
@@ -1128,7 +1128,7 @@ void Harness::Finally() {
   Check(!session_->ProduceDataFrame());
   Check(session_->RegisterLookup("r0", KeyOf(0)) == session::ProbeAnswer::kMiss);
   Check(session_->FlushPendingLookups() == 0);
-  Check(!session_->RequestBlocks(next_job_++, "r0", {KeyOf(0)}, {0}, std::make_shared<Sink>(std::vector<BlockIndex>{0}))
+  Check(!session_->RequestBlocks(next_job_++, "r0", {KeyOf(0)}, {0}, std::make_shared<Sink>(std::vector<SlotIndex>{0}))
              .ok());
   const JobId late = next_job_++;
   stores_[late] = StoreModel{"r0", false};

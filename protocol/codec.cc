@@ -33,10 +33,10 @@ json::array EncodeKeys(const std::vector<Key>& keys) {
   return array;
 }
 
-json::array EncodeBlockIndexes(const std::vector<BlockIndex>& indexes) {
+json::array EncodeBlockIndexes(const std::vector<SlotIndex>& indexes) {
   json::array array;
   array.reserve(indexes.size());
-  for (BlockIndex index : indexes) array.emplace_back(static_cast<uint64_t>(index));
+  for (SlotIndex index : indexes) array.emplace_back(static_cast<uint64_t>(index));
   return array;
 }
 
@@ -188,7 +188,7 @@ void DecodeFields(FieldReader& r, LookupResp* m) {
 void DecodeFields(FieldReader& r, Fetch* m) {
   r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
   r.ReadKeys("keys", &m->keys);
-  r.ReadBlockIndexes("block_indexes", 0, &m->block_indexes);
+  r.ReadSlotIndexes("block_indexes", 0, &m->block_indexes);
   r.RequireSameLength("block_indexes", m->block_indexes.size(), "keys", m->keys.size());
   r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
 }
@@ -196,7 +196,7 @@ void DecodeFields(FieldReader& r, Fetch* m) {
 void DecodeFields(FieldReader& r, BlockData* m) {
   r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
   r.ReadInteger("round_seq", kAnyUint64Rule, &m->round_seq);
-  r.ReadBlockIndexes("block_indexes", 1, &m->block_indexes);
+  r.ReadSlotIndexes("block_indexes", 1, &m->block_indexes);
   r.ReadOptionalChecksums("xxh3", m->block_indexes.size(), &m->xxh3);
 }
 

@@ -122,10 +122,10 @@ Broken ParsePeerId(const json::value& value, std::string* out) {
   return std::nullopt;
 }
 
-Broken ParseBlockIndex(const json::value& value, BlockIndex* out) {
+Broken ParseBlockIndex(const json::value& value, SlotIndex* out) {
   uint64_t index = 0;
-  if (Broken broken = ParseInteger(value, IntegerRule{0, kMaxBlockIndex}, &index)) return broken;
-  *out = static_cast<BlockIndex>(index);
+  if (Broken broken = ParseInteger(value, IntegerRule{0, kMaxSlotIndex}, &index)) return broken;
+  *out = static_cast<SlotIndex>(index);
   return std::nullopt;
 }
 
@@ -227,8 +227,8 @@ void FieldReader::ReadKeys(std::string_view name, std::vector<Key>* out) {
   ReadList(name, 0, kMaxListItems, ParseKey, out);
 }
 
-void FieldReader::ReadBlockIndexes(std::string_view name, size_t min_items,
-                                   std::vector<BlockIndex>* out) {
+void FieldReader::ReadSlotIndexes(std::string_view name, size_t min_items,
+                                   std::vector<SlotIndex>* out) {
   ReadList(name, min_items, kMaxListItems, ParseBlockIndex, out);
 }
 

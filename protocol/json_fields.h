@@ -115,7 +115,7 @@ class FieldReader {
   void ReadToken(std::string_view name, TokenRule rule, std::string* out);
   // Keys arrive as lowercase hex and are stored as raw bytes.
   void ReadKeys(std::string_view name, std::vector<Key>* out);
-  void ReadBlockIndexes(std::string_view name, size_t min_items, std::vector<BlockIndex>* out);
+  void ReadSlotIndexes(std::string_view name, size_t min_items, std::vector<SlotIndex>* out);
   void ReadBools(std::string_view name, std::vector<bool>* out);
   // A string with the syntax of peer_id.h (HOST:PORT, at most 261 characters).
   void ReadPeerId(std::string_view name, std::string* out);

@@ -31,7 +31,7 @@ inline constexpr uint64_t kMaxPayloadLenBeforeReady = 0;
 inline constexpr size_t kMaxStringChars = 4096;  // peer_id, kv_request_id, hash_seed, reason, fingerprint
 inline constexpr size_t kMaxKeyBytes = 4096;     // one key, in bytes (8192 hex digits)
 inline constexpr size_t kMaxListItems = 65536;   // keys, block_indexes, hits
-inline constexpr uint64_t kMaxBlockIndex = (1ull << 31) - 1;
+inline constexpr uint64_t kMaxSlotIndex = (1ull << 31) - 1;
 inline constexpr uint64_t kMaxBlockLen = 64ull * 1024 * 1024;  // one block fits one frame
 inline constexpr size_t kTokenHexDigits = 32;  // epoch, nonce: 16 bytes as hex
 

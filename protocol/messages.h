@@ -20,7 +20,7 @@ namespace kvpeer::protocol {
 // A block key: opaque bytes (1 ..= 4096 of them). std::string is used as a
 // byte container so keys hash and compare cheaply; it is never printed raw.
 using Key = std::string;
-using BlockIndex = uint32_t;  // 0 ..= 2^31 - 1
+using SlotIndex = uint32_t;  // 0 ..= 2^31 - 1
 using RoundSeq = uint64_t;
 
 struct Connect {
@@ -81,7 +81,7 @@ struct LookupResp {
 struct Fetch {
   std::string kv_request_id;
   std::vector<Key> keys;
-  std::vector<BlockIndex> block_indexes;  // same length as keys
+  std::vector<SlotIndex> block_indexes;  // same length as keys
   RoundSeq round_seq = 0;
   bool operator==(const Fetch&) const = default;
 };
@@ -109,7 +109,7 @@ struct BlockChecksums {
 struct BlockData {
   std::string kv_request_id;
   RoundSeq round_seq = 0;
-  std::vector<BlockIndex> block_indexes;  // destination slots, 1 or more
+  std::vector<SlotIndex> block_indexes;  // destination slots, 1 or more
   BlockChecksums xxh3{};                  // encoded only when valid
   bool operator==(const BlockData&) const = default;
 };

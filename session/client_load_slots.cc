@@ -5,7 +5,7 @@
 
 namespace kvpeer::session {
 
-LoadSlots::LoadSlots(SlotSinkRef sink, std::vector<protocol::BlockIndex> indexes)
+LoadSlots::LoadSlots(SlotSinkRef sink, std::vector<protocol::SlotIndex> indexes)
     : sink_(std::move(sink)), state_(indexes.size(), SlotState::kWaiting) {
   position_.reserve(indexes.size());
   for (uint32_t pos = 0; pos < indexes.size(); ++pos) {
@@ -13,9 +13,9 @@ LoadSlots::LoadSlots(SlotSinkRef sink, std::vector<protocol::BlockIndex> indexes
   }
 }
 
-Status LoadSlots::BeginFrame(const std::vector<protocol::BlockIndex>& frame, BlockDataPlan* plan,
+Status LoadSlots::BeginFrame(const std::vector<protocol::SlotIndex>& frame, BlockDataPlan* plan,
                              std::string_view context) {
-  auto fail = [&](protocol::BlockIndex index, const char* why) {
+  auto fail = [&](protocol::SlotIndex index, const char* why) {
     // Undo the frame's marks so a rejected frame leaves no trace.
     for (uint32_t pos : in_frame_) state_[pos] = SlotState::kWaiting;
     in_frame_.clear();
@@ -24,7 +24,7 @@ Status LoadSlots::BeginFrame(const std::vector<protocol::BlockIndex>& frame, Blo
   };
   plan->targets.clear();
   plan->targets.reserve(frame.size());
-  for (protocol::BlockIndex index : frame) {
+  for (protocol::SlotIndex index : frame) {
     auto it = position_.find(index);
     if (it == position_.end()) return fail(index, " was not requested");
     SlotState& slot = state_[it->second];

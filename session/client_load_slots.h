@@ -26,11 +26,11 @@ namespace kvpeer::session {
 
 class LoadSlots {
  public:
-  LoadSlots(SlotSinkRef sink, std::vector<protocol::BlockIndex> indexes);
+  LoadSlots(SlotSinkRef sink, std::vector<protocol::SlotIndex> indexes);
 
   // A destination index that appears more than once in the load, if any.
   // REQUIRES: checked before the load is used; such a load is invalid.
-  std::optional<protocol::BlockIndex> duplicate() const { return duplicate_; }
+  std::optional<protocol::SlotIndex> duplicate() const { return duplicate_; }
 
   // Checks one block_data frame: every index must be a destination of this
   // load, not received yet, and not repeated within the frame. On success
@@ -38,7 +38,7 @@ class LoadSlots {
   // On failure nothing changes; the violation's message starts with
   // `context`.
   // REQUIRES: !frame_open().
-  Status BeginFrame(const std::vector<protocol::BlockIndex>& frame, BlockDataPlan* plan, std::string_view context);
+  Status BeginFrame(const std::vector<protocol::SlotIndex>& frame, BlockDataPlan* plan, std::string_view context);
   // The payload of the open frame has landed: its slots count as received.
   void EndFrame();
   // The payload of the open frame will not land: its slots wait again.
@@ -53,10 +53,10 @@ class LoadSlots {
   // The destination memory is still there (SlotSink::Writable).
   bool writable() const { return sink_->Writable(); }
   // The checksum of a landed slot (SlotSink::LandedChecksum).
-  std::optional<uint64_t> LandedChecksum(protocol::BlockIndex index) const { return sink_->LandedChecksum(index); }
+  std::optional<uint64_t> LandedChecksum(protocol::SlotIndex index) const { return sink_->LandedChecksum(index); }
   // Where `index` is in the load's destination list (so in its keys).
   // REQUIRES: `index` is a destination of this load.
-  size_t PositionOf(protocol::BlockIndex index) const { return position_.at(index); }
+  size_t PositionOf(protocol::SlotIndex index) const { return position_.at(index); }
 
  private:
   enum class SlotState : uint8_t { kWaiting, kInFrame, kReceived };
@@ -64,12 +64,12 @@ class LoadSlots {
   SlotSinkRef sink_;
   // Destination index -> position in state_; built once, so checking a frame
   // costs one hash lookup per block.
-  std::unordered_map<protocol::BlockIndex, uint32_t> position_;
+  std::unordered_map<protocol::SlotIndex, uint32_t> position_;
   std::vector<SlotState> state_;
   // Positions held by the open frame, so EndFrame touches only them.
   std::vector<uint32_t> in_frame_;
   size_t received_ = 0;
-  std::optional<protocol::BlockIndex> duplicate_;
+  std::optional<protocol::SlotIndex> duplicate_;
 };
 
 }  // namespace kvpeer::session

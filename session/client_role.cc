@@ -126,7 +126,7 @@ struct ClientRole::Impl {
   }
 
   Status CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
-                   const std::vector<protocol::BlockIndex>& indexes, const SlotSinkRef& sink) const;
+                   const std::vector<protocol::SlotIndex>& indexes, const SlotSinkRef& sink) const;
   Status CheckConfirmedHits(const std::string& kv, const std::vector<Key>& keys) const;
   size_t SendLookups(const std::string& kv, RequestState& st);
   void EndLoadLocally(RoundSeq round, Load& load, FailureReport failure, TimePoint now);
@@ -138,7 +138,7 @@ struct ClientRole::Impl {
 };
 
 Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const std::vector<Key>& keys,
-                                   const std::vector<protocol::BlockIndex>& indexes, const SlotSinkRef& sink) const {
+                                   const std::vector<protocol::SlotIndex>& indexes, const SlotSinkRef& sink) const {
   if (closed) return Status::Unavailable("the session to " + peer_id + " is closed");
   if (!WireSafeId(kv)) return Status::Invalid("kv_request_id must be 1 ..= 4096 characters");
   if (keys.size() != indexes.size()) {
@@ -148,8 +148,8 @@ Status ClientRole::Impl::CheckLoad(JobId job_id, const std::string& kv, const st
   if (keys.empty()) return Status::Invalid("a load needs at least one block");
   if (keys.size() > protocol::kMaxListItems) return Status::Invalid("a load may name at most 65536 blocks");
   if (!std::all_of(keys.begin(), keys.end(), WireSafeKey)) return Status::Invalid("keys must be 1 ..= 4096 bytes");
-  for (protocol::BlockIndex index : indexes) {
-    if (index > protocol::kMaxBlockIndex)
+  for (protocol::SlotIndex index : indexes) {
+    if (index > protocol::kMaxSlotIndex)
       return Status::Invalid("block index " + std::to_string(index) + " exceeds 2^31 - 1");
   }
   // A load is one fetch, and one fetch closes one round (a second fetch of
@@ -322,7 +322,7 @@ size_t ClientRole::ProbesWith(const std::string& kv_request_id, const std::vecto
 }
 
 Status ClientRole::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                                 std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink) {
+                                 std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink) {
   if (Status s = impl_->CheckLoad(job_id, kv_request_id, keys, block_indexes, sink); !s.ok()) return s;
   LoadSlots slots(std::move(sink), block_indexes);
   if (auto dup = slots.duplicate()) {
@@ -471,7 +471,7 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
 std::optional<FailureReport> ClientRole::Impl::CheckLanded(const protocol::BlockData& message, Load& load) {
   if (!checksums) return std::nullopt;
   for (size_t i = 0; i < message.block_indexes.size(); ++i) {
-    const protocol::BlockIndex index = message.block_indexes[i];
+    const protocol::SlotIndex index = message.block_indexes[i];
     const std::optional<uint64_t> landed = load.slots.LandedChecksum(index);
     if (!landed) return FailureReport{JobFailure::kSlotsUnmapped, kSlotsUnmapped};
     const uint64_t expected = message.xxh3.values[i];

@@ -84,7 +84,7 @@ class ClientRole {
   // or a key that is not a confirmed hit of the open round of a request that
   // probed this peer.
   Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                       std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink);
+                       std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink);
 
   // The engine is done with `kv_request_id`: in-flight loads are aborted and
   // fail, an open lookup round is closed with the terminal empty fetch.

@@ -5,7 +5,7 @@
 namespace kvpeer::session {
 
 bool OutboundRound::AddSymmetricDemand(const std::vector<protocol::Key>& keys,
-                                       const std::vector<protocol::BlockIndex>& dests) {
+                                       const std::vector<protocol::SlotIndex>& dests) {
   has_demand = true;
   std::map<protocol::Key, PinRef> pins = std::move(probed);
   probed.clear();
@@ -17,7 +17,7 @@ bool OutboundRound::AddSymmetricDemand(const std::vector<protocol::Key>& keys,
 }
 
 void OutboundRound::AddPdDemand(const std::vector<protocol::Key>& keys,
-                                const std::vector<protocol::BlockIndex>& dests) {
+                                const std::vector<protocol::SlotIndex>& dests) {
   has_demand = true;
   for (size_t i = 0; i < keys.size(); ++i) unmatched[keys[i]].push_back(dests[i]);
 }
@@ -25,7 +25,7 @@ void OutboundRound::AddPdDemand(const std::vector<protocol::Key>& keys,
 size_t OutboundRound::Offer(const protocol::Key& key, const PinRef& pin, std::optional<JobId> job) {
   auto it = unmatched.find(key);
   if (it == unmatched.end()) return 0;
-  for (protocol::BlockIndex dest : it->second) queue.push_back(QueuedBlock{dest, pin, job});
+  for (protocol::SlotIndex dest : it->second) queue.push_back(QueuedBlock{dest, pin, job});
   const size_t queued = it->second.size();
   unmatched.erase(it);
   return queued;

@@ -28,7 +28,7 @@ namespace kvpeer::session {
 // One matched block waiting to be sent: where it goes, the pinned source,
 // and the store job that supplied it (none for a lookup pin).
 struct QueuedBlock {
-  protocol::BlockIndex dest = 0;
+  protocol::SlotIndex dest = 0;
   PinRef pin;
   std::optional<JobId> job;
 };
@@ -60,7 +60,7 @@ struct OutboundRound {
   // that a slot stays pinned from the hit until the round ends.
   std::map<protocol::Key, PinRef> probed;
   // Demand not met yet (PD rounds): key -> every destination asking for it.
-  std::map<protocol::Key, std::vector<protocol::BlockIndex>> unmatched;
+  std::map<protocol::Key, std::vector<protocol::SlotIndex>> unmatched;
   // Matched blocks not yet handed to a frame, in demand order.
   std::deque<QueuedBlock> queue;
 
@@ -70,9 +70,9 @@ struct OutboundRound {
   // way the probed pins that were not demanded are dropped (E38): the demand
   // is final, so they can never be used.
   bool AddSymmetricDemand(const std::vector<protocol::Key>& keys,
-                          const std::vector<protocol::BlockIndex>& dests);
+                          const std::vector<protocol::SlotIndex>& dests);
   // Records a disaggregated-prefill round's demand; supply comes later.
-  void AddPdDemand(const std::vector<protocol::Key>& keys, const std::vector<protocol::BlockIndex>& dests);
+  void AddPdDemand(const std::vector<protocol::Key>& keys, const std::vector<protocol::SlotIndex>& dests);
 
   // Whether unmatched demand still waits for `key`.
   bool Wants(const protocol::Key& key) const { return unmatched.contains(key); }

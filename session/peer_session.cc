@@ -55,7 +55,7 @@ HandshakeSettings ToHandshakeSettings(const SessionConfig& config, const std::st
 }  // namespace
 
 struct PeerSession::Impl {
-  Impl(SessionConfig config_in, Clock clock_in, SendFn send_in, BlockIndex& index, std::string expected)
+  Impl(SessionConfig config_in, Clock clock_in, SendFn send_in, PublishedBlocks& index, std::string expected)
       : config(std::move(config_in)),
         clock(std::move(clock_in)),
         send(std::move(send_in)),
@@ -395,7 +395,7 @@ SessionResults PeerSession::Impl::TakeResults() {
 
 // ---------------------------------------------------------------------------
 
-PeerSession::PeerSession(SessionConfig config, Clock clock, SendFn send, BlockIndex& index,
+PeerSession::PeerSession(SessionConfig config, Clock clock, SendFn send, PublishedBlocks& index,
                          std::string expected_peer_id)
     : impl_(std::make_unique<Impl>(std::move(config), std::move(clock), std::move(send), index,
                                    std::move(expected_peer_id))) {}
@@ -490,7 +490,7 @@ size_t PeerSession::FlushPendingLookups() {
 }
 
 Status PeerSession::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                                  std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink) {
+                                  std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink) {
   // Refused like any other invalid call: the caller learns it now and no
   // result is owed for a job that never started.
   if (impl_->state == State::kClosed) return Status::Unavailable("session closed: " + impl_->close_reason);

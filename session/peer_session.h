@@ -105,7 +105,7 @@ class PeerSession {
 
   // `expected_peer_id` is the peer we dialled (empty for an accepted
   // connection, whose peer is known only from its connect).
-  PeerSession(SessionConfig config, Clock clock, SendFn send, BlockIndex& index,
+  PeerSession(SessionConfig config, Clock clock, SendFn send, PublishedBlocks& index,
               std::string expected_peer_id = {});
   ~PeerSession();
 
@@ -190,7 +190,7 @@ class PeerSession {
   ProbeAnswer RegisterLookup(const std::string& kv_request_id, const protocol::Key& key);
   size_t FlushPendingLookups();
   Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                       std::vector<protocol::BlockIndex> block_indexes, SlotSinkRef sink);
+                       std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink);
   void AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
                  std::vector<PinRef> blocks);
   // Client and server roles both finish the request.

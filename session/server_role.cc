@@ -51,14 +51,14 @@ struct RequestState {
 }  // namespace
 
 struct ServerRole::Impl {
-  Impl(std::string peer, ServerConfig cfg, Clock clk, SendFn snd, BlockIndex& idx)
+  Impl(std::string peer, ServerConfig cfg, Clock clk, SendFn snd, PublishedBlocks& idx)
       : peer_id(std::move(peer)), config(cfg), clock(std::move(clk)), send(std::move(snd)), index(idx) {}
 
   std::string peer_id;
   ServerConfig config;
   Clock clock;
   SendFn send;
-  BlockIndex& index;
+  PublishedBlocks& index;
 
   std::map<std::string, RequestState> requests;
   // Rounds with queued blocks in round-robin order: exactly the rounds whose
@@ -664,7 +664,7 @@ RoundEvents ServerRole::TakeRoundEvents() { return std::exchange(impl_->events, 
 
 size_t ServerRole::TrackedRequests() const { return impl_->requests.size(); }
 
-ServerRole::ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, BlockIndex& index)
+ServerRole::ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, PublishedBlocks& index)
     : impl_(std::make_unique<Impl>(std::move(peer_id), config, std::move(clock), std::move(send), index)) {}
 
 ServerRole::~ServerRole() = default;

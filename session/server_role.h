@@ -1,6 +1,6 @@
 // ServerRole: the producer half of one peer session.
 //
-// It answers the peer's lookups at once from the node-wide BlockIndex
+// It answers the peer's lookups at once from the node-wide PublishedBlocks
 // (pinning hits and parking them under the lookup's round), matches fetch
 // demand against supply (lookup pins, or `store` jobs for disaggregated
 // prefill, in either order), streams matched blocks as block_data frames and
@@ -77,7 +77,7 @@ inline constexpr uint64_t kRoundKeyOverhead = 128;
 
 class ServerRole {
  public:
-  ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, BlockIndex& index);
+  ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, PublishedBlocks& index);
   ~ServerRole();
 
   ServerRole(const ServerRole&) = delete;

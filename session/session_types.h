@@ -50,9 +50,9 @@ using PinRef = std::shared_ptr<const PinnedBlock>;
 
 // The node-wide index of published keys, implemented by the daemon over all
 // local engines' regions. Answers peers' lookups with no engine involvement.
-class BlockIndex {
+class PublishedBlocks {
  public:
-  virtual ~BlockIndex() = default;
+  virtual ~PublishedBlocks() = default;
   // Pins the block published under `key`, or returns null when no local
   // engine publishes it.
   virtual PinRef PinIfPublished(const protocol::Key& key) = 0;
@@ -63,12 +63,12 @@ class BlockIndex {
 class SlotSink {
  public:
   virtual ~SlotSink() = default;
-  virtual std::span<uint8_t> Slot(protocol::BlockIndex index) = 0;
+  virtual std::span<uint8_t> Slot(protocol::SlotIndex index) = 0;
   // False once the memory behind the slots is gone (see PinnedBlock).
   virtual bool Writable() const { return true; }
   // The XXH3-64 of a slot whose block has landed, or nullopt when its memory
   // is gone (see Writable).
-  virtual std::optional<uint64_t> LandedChecksum(protocol::BlockIndex index) {
+  virtual std::optional<uint64_t> LandedChecksum(protocol::SlotIndex index) {
     return protocol::BlockChecksum(std::as_bytes(Slot(index)));
   }
 };
@@ -93,7 +93,7 @@ using SendFn = std::function<void(OutFrame)>;
 struct ChecksumFailure {
   std::string kv_request_id;
   protocol::Key key;
-  protocol::BlockIndex block_index = 0;
+  protocol::SlotIndex block_index = 0;
   uint64_t expected = 0;  // what block_data.xxh3 said
   uint64_t landed = 0;    // what the slot holds
 };

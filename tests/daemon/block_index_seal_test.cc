@@ -15,7 +15,7 @@
 namespace kvpeer::daemon {
 namespace {
 
-using protocol::BlockIndex;
+using protocol::SlotIndex;
 
 constexpr uint64_t kLen = 64;
 
@@ -25,13 +25,13 @@ struct SealFixture {
   SealFixture() {
     file = std::make_unique<testing::ShmFile>(8 * kLen);
     REQUIRE(ShmRegion::MapPath(file->path(), {8, kLen, 0}, std::nullopt, &region).ok());
-    index.AddEngine(1, region, [](BlockIndex) {});
+    index.AddEngine(1, region, [](SlotIndex) {});
   }
-  void Fill(BlockIndex slot, char c) { file->Write(slot * kLen, std::string(kLen, c)); }
+  void Fill(SlotIndex slot, char c) { file->Write(slot * kLen, std::string(kLen, c)); }
 
   std::unique_ptr<testing::ShmFile> file;
   std::shared_ptr<ShmRegion> region;
-  NodeBlockIndex index;
+  NodePublishedBlocks index;
 };
 
 TEST_CASE_METHOD(SealFixture, "a sealed slot sends the checksum of its bytes at publish, not of its bytes now") {

@@ -8,7 +8,7 @@
 namespace kvpeer::daemon {
 namespace {
 
-using protocol::BlockIndex;
+using protocol::SlotIndex;
 using protocol::Key;
 
 constexpr uint64_t kLen = 16;
@@ -19,14 +19,14 @@ struct IndexFixture {
     b_file = std::make_unique<testing::ShmFile>(8 * kLen);
     REQUIRE(ShmRegion::MapPath(a_file->path(), {8, kLen, 0}, std::nullopt, &a_region).ok());
     REQUIRE(ShmRegion::MapPath(b_file->path(), {8, kLen, 0}, std::nullopt, &b_region).ok());
-    index.AddEngine(1, a_region, [this](BlockIndex slot) { a_released.push_back(slot); });
-    index.AddEngine(2, b_region, [this](BlockIndex slot) { b_released.push_back(slot); });
+    index.AddEngine(1, a_region, [this](SlotIndex slot) { a_released.push_back(slot); });
+    index.AddEngine(2, b_region, [this](SlotIndex slot) { b_released.push_back(slot); });
   }
 
   std::unique_ptr<testing::ShmFile> a_file, b_file;
   std::shared_ptr<ShmRegion> a_region, b_region;
-  NodeBlockIndex index;
-  std::vector<BlockIndex> a_released, b_released;
+  NodePublishedBlocks index;
+  std::vector<SlotIndex> a_released, b_released;
 };
 
 std::string Bytes(const session::PinRef& pin) {
@@ -50,13 +50,13 @@ TEST_CASE_METHOD(IndexFixture, "unpublish reports unpinned slots released and pi
   index.Publish(1, {"k1", "k2"}, {3, 4});
   session::PinRef pin = index.PinIfPublished("k2");
   UnpublishResult result = index.Unpublish(1, {"k1", "k2", "unknown"});
-  CHECK(result.released == std::vector<BlockIndex>{3});
-  CHECK(result.pinned == std::vector<BlockIndex>{4});
+  CHECK(result.released == std::vector<SlotIndex>{3});
+  CHECK(result.pinned == std::vector<SlotIndex>{4});
   CHECK(index.PinIfPublished("k2") == nullptr);
   CHECK(a_released.empty());
   // The pin still reads the slot; its release is reported when it drops.
   pin.reset();
-  CHECK(a_released == std::vector<BlockIndex>{4});
+  CHECK(a_released == std::vector<SlotIndex>{4});
   CHECK(index.published(1) == 0);
 }
 
@@ -72,7 +72,7 @@ TEST_CASE_METHOD(IndexFixture, "re-publishing a key this engine holds moves it; 
   index.Publish(1, {"k1"}, {3});
   SECTION("within one engine, unpinned: reported at once") {
     index.Publish(1, {"k1"}, {6});
-    CHECK(a_released == std::vector<BlockIndex>{3});
+    CHECK(a_released == std::vector<SlotIndex>{3});
     CHECK(index.published(1) == 1);
   }
   SECTION("within one engine, pinned: reported when the pin drops") {
@@ -80,7 +80,7 @@ TEST_CASE_METHOD(IndexFixture, "re-publishing a key this engine holds moves it; 
     index.Publish(1, {"k1"}, {6});
     CHECK(a_released.empty());
     pin.reset();
-    CHECK(a_released == std::vector<BlockIndex>{3});
+    CHECK(a_released == std::vector<SlotIndex>{3});
     CHECK(index.published(1) == 1);
   }
   SECTION("to the same slot again: nothing changes") {
@@ -115,7 +115,7 @@ TEST_CASE_METHOD(IndexFixture, "each engine's unpublish withdraws only its own h
   index.Publish(1, {"k1"}, {3});
   index.Publish(2, {"k1"}, {0});
   UnpublishResult result = index.Unpublish(1, {"k1"});
-  CHECK(result.released == std::vector<BlockIndex>{3});
+  CHECK(result.released == std::vector<SlotIndex>{3});
   CHECK(index.holders("k1") == 1);
   session::PinRef pin = index.PinIfPublished("k1");
   REQUIRE(pin);
@@ -124,7 +124,7 @@ TEST_CASE_METHOD(IndexFixture, "each engine's unpublish withdraws only its own h
   CHECK(b_released.empty());
   pin.reset();
   UnpublishResult last = index.Unpublish(2, {"k1"});
-  CHECK(last.released == std::vector<BlockIndex>{0});
+  CHECK(last.released == std::vector<SlotIndex>{0});
   CHECK(index.PinIfPublished("k1") == nullptr);
   CHECK(index.size() == 0);
 }
@@ -148,7 +148,7 @@ TEST_CASE_METHOD(IndexFixture, "a slot holding two keys is free only when both a
   CHECK(first.released.empty());
   CHECK(first.pinned.empty());
   UnpublishResult second = index.Unpublish(1, {"k2"});
-  CHECK(second.released == std::vector<BlockIndex>{2});
+  CHECK(second.released == std::vector<SlotIndex>{2});
 }
 
 TEST_CASE_METHOD(IndexFixture, "removing an engine withdraws its keys; pins keep its region mapped") {
@@ -171,9 +171,9 @@ TEST_CASE_METHOD(IndexFixture, "removing an engine withdraws its keys; pins keep
 
 TEST_CASE_METHOD(IndexFixture, "a pin's attachment is released after the slot is unpinned") {
   struct Probe {
-    Probe(NodeBlockIndex& index, uint32_t* pins_seen) : index(index), pins_seen(pins_seen) {}
+    Probe(NodePublishedBlocks& index, uint32_t* pins_seen) : index(index), pins_seen(pins_seen) {}
     ~Probe() { *pins_seen = index.live_pins(1, 5); }
-    NodeBlockIndex& index;
+    NodePublishedBlocks& index;
     uint32_t* pins_seen;
   };
   uint32_t pins_seen = 99;

@@ -24,7 +24,7 @@ TEST_CASE("the control socket is created with mode 0660") {
 struct Bare {
   boost::asio::io_context io;
   NodeModel model{kBlockLen, std::nullopt, std::nullopt};
-  NodeBlockIndex index;
+  NodePublishedBlocks index;
   EngineRegistry registry{io.get_executor(), model, index, "node-a:5710"};
 };
 

@@ -1,5 +1,5 @@
 // Test harness for the control side of the daemon: a real ControlServer on a
-// real Unix socket, over a real NodeBlockIndex and EngineRegistry, with a
+// real Unix socket, over a real NodePublishedBlocks and EngineRegistry, with a
 // recording PeerService standing in for the peer side (which has its own
 // tests), and a non-blocking client that pumps the io_context while it
 // waits, so everything runs on the test's one thread.
@@ -92,7 +92,7 @@ class FakePeers : public PeerService {
     std::string peer;
     std::string kv_request_id;
     std::vector<protocol::Key> keys;
-    std::vector<protocol::BlockIndex> block_ids;
+    std::vector<protocol::SlotIndex> block_ids;
     session::SlotSinkRef sink;
   };
   struct StoreCall {
@@ -116,7 +116,7 @@ class FakePeers : public PeerService {
   }
   size_t FlushLookups() override { return ++flushes; }
   Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-              std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> block_ids,
+              std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> block_ids,
               session::SlotSinkRef sink) override {
     if (!load_status.ok()) return load_status;
     loads.push_back({job_id, peer, kv_request_id, std::move(keys), std::move(block_ids), std::move(sink)});
@@ -219,7 +219,7 @@ class Daemon {
   }
 
   const std::string& socket_path() const { return server_.socket_path(); }
-  NodeBlockIndex& index() { return index_; }
+  NodePublishedBlocks& index() { return index_; }
   EngineRegistry& registry() { return registry_; }
   FakePeers& peers() { return peers_; }
   ControlServer& server() { return server_; }
@@ -236,7 +236,7 @@ class Daemon {
  private:
   boost::asio::io_context io_;
   NodeModel model_;
-  NodeBlockIndex index_;
+  NodePublishedBlocks index_;
   EngineRegistry registry_;
   FakePeers peers_;
   ControlServer server_;

@@ -10,7 +10,7 @@ namespace {
 
 using namespace testing;
 
-json::object LoadRequest(int64_t job_id, const std::string& kv, protocol::BlockIndex slot) {
+json::object LoadRequest(int64_t job_id, const std::string& kv, protocol::SlotIndex slot) {
   return {{"op", "load"}, {"job_id", job_id}, {"peer", "node-b:5710"}, {"kv_request_id", kv},
           {"keys", json::array{"aa"}}, {"block_ids", json::array{slot}}};
 }

@@ -253,7 +253,7 @@ TEST_CASE("load: conflicts and range errors are refused before the peer side see
   Client& client = engine.client;
   REQUIRE(client.Call(Load(1, HexKeys({"aa", "bb"}), {0, 1})).at("ok") == true);
   REQUIRE(daemon.peers().loads.size() == 1);
-  CHECK(daemon.peers().loads[0].block_ids == std::vector<protocol::BlockIndex>{0, 1});
+  CHECK(daemon.peers().loads[0].block_ids == std::vector<protocol::SlotIndex>{0, 1});
   CHECK(daemon.peers().loads[0].keys == std::vector<protocol::Key>{"\xaa", "\xbb"});
 
   CHECK(ErrorCodeOf(client.Call(Load(1, HexKeys({"cc"}), {5}))) == "conflict");   // job_id in use
@@ -285,7 +285,7 @@ TEST_CASE("load: conflicts and range errors are refused before the peer side see
 // Issue 11, finding 5: a load into a slot that a peer's round had pinned was
 // accepted, so the peer was then served the new bytes under the old key.
 // The pin is taken the way the server role takes it for a peer's lookup hit
-// (NodeBlockIndex::PinIfPublished on the real index).
+// (NodePublishedBlocks::PinIfPublished on the real index).
 TEST_CASE("load into a slot pinned by a peer's round is conflict until the released event") {
   Daemon daemon;
   Engine engine(daemon);
@@ -310,7 +310,7 @@ TEST_CASE("load into a slot pinned by a peer's round is conflict until the relea
   CHECK(client.Call(Poll()).at("released") == json::array{3});
   CHECK(client.Call(Load(1, HexKeys({"bb", "cc"}), {2, 3})).at("ok") == true);
   REQUIRE(daemon.peers().loads.size() == 1);
-  CHECK(daemon.peers().loads[0].block_ids == std::vector<protocol::BlockIndex>{2, 3});
+  CHECK(daemon.peers().loads[0].block_ids == std::vector<protocol::SlotIndex>{2, 3});
 }
 
 TEST_CASE("load into a slot of a store job without its result is conflict") {

@@ -326,7 +326,7 @@ struct Node {
   }
 
   NodeModel model;
-  NodeBlockIndex index;
+  NodePublishedBlocks index;
   UniqueFd memfd;
   std::shared_ptr<ShmRegion> region;
   RecordingSink sink;

@@ -34,7 +34,7 @@ struct UnstartedConnection {
                                                   index, "127.0.0.1:2", listener);
   }
   boost::asio::io_context io;
-  NodeBlockIndex index;
+  NodePublishedBlocks index;
   CountingListener listener;
   std::shared_ptr<PeerConnection> connection;
 };

@@ -100,7 +100,7 @@ class Receiver {
     }
   }
 
-  static std::span<uint8_t> SlotIn(std::vector<uint8_t>& arena, BlockIndex index) {
+  static std::span<uint8_t> SlotIn(std::vector<uint8_t>& arena, SlotIndex index) {
     return std::span<uint8_t>(arena).subspan(index * kSlotStride, kBlockLen);
   }
 
@@ -125,7 +125,7 @@ class Receiver {
     const auto* block_data = std::get_if<BlockData>(&decoder_.message());
     if (block_data == nullptr) return decoder_.DiscardPayload();
     std::vector<std::span<uint8_t>> targets;
-    for (const BlockIndex index : block_data->block_indexes) targets.push_back(SlotIn(arena_, index));
+    for (const SlotIndex index : block_data->block_indexes) targets.push_back(SlotIn(arena_, index));
     decoder_.ReceivePayloadInto(std::move(targets));
   }
 

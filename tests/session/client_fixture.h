@@ -24,7 +24,7 @@ inline protocol::Key TestKey(int n) { return std::string("\x01key-", 5) + std::t
 
 // The bytes the fake producer sends for (round, index): distinct per block,
 // so a test sees which frame wrote a slot.
-inline std::vector<uint8_t> BlockBytes(protocol::RoundSeq round, protocol::BlockIndex index) {
+inline std::vector<uint8_t> BlockBytes(protocol::RoundSeq round, protocol::SlotIndex index) {
   std::vector<uint8_t> bytes(kClientBlockLen);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(1 + round * 37 + index * 11 + i);
   return bytes;
@@ -35,11 +35,11 @@ struct ClientFixture {
       : region(std::make_shared<MemoryRegion>(kClientSlots, kClientBlockLen)),
         role("peer:9000", config, clock.AsClock(), log.AsSend()) {}
 
-  std::vector<uint8_t> SlotBytes(protocol::BlockIndex index) {
+  std::vector<uint8_t> SlotBytes(protocol::SlotIndex index) {
     auto span = region->Block(index);
     return {span.begin(), span.end()};
   }
-  bool SlotUntouched(protocol::BlockIndex index) {
+  bool SlotUntouched(protocol::SlotIndex index) {
     auto bytes = SlotBytes(index);
     return std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; });
   }
@@ -68,20 +68,20 @@ struct ClientFixture {
 
   // Submits a load of `keys` into the region's slots `indexes`; returns its fetch.
   protocol::Fetch Load(JobId job, const std::string& kv, std::vector<protocol::Key> keys,
-                       std::vector<protocol::BlockIndex> indexes) {
+                       std::vector<protocol::SlotIndex> indexes) {
     Status s = role.RequestBlocks(job, kv, std::move(keys), std::move(indexes), region->Sink());
     REQUIRE(s.ok());
     return log.All<protocol::Fetch>().back();
   }
   // A PD load (no probe): keys 100+index.
-  protocol::Fetch PdLoad(JobId job, const std::string& kv, std::vector<protocol::BlockIndex> indexes) {
+  protocol::Fetch PdLoad(JobId job, const std::string& kv, std::vector<protocol::SlotIndex> indexes) {
     std::vector<protocol::Key> keys;
     for (auto index : indexes) keys.push_back(TestKey(100 + static_cast<int>(index)));
     return Load(job, kv, std::move(keys), std::move(indexes));
   }
 
   // The header half of a block_data frame.
-  Status Header(const std::string& kv, protocol::RoundSeq round, std::vector<protocol::BlockIndex> indexes) {
+  Status Header(const std::string& kv, protocol::RoundSeq round, std::vector<protocol::SlotIndex> indexes) {
     frame = protocol::BlockData{kv, round, std::move(indexes)};
     plan = BlockDataPlan{};
     return role.OnBlockDataHeader(frame, &plan);
@@ -100,7 +100,7 @@ struct ClientFixture {
     role.OnBlockDataComplete(frame);
   }
   // A whole block_data frame.
-  Status Deliver(const std::string& kv, protocol::RoundSeq round, std::vector<protocol::BlockIndex> indexes) {
+  Status Deliver(const std::string& kv, protocol::RoundSeq round, std::vector<protocol::SlotIndex> indexes) {
     Status s = Header(kv, round, std::move(indexes));
     if (s.ok()) Payload();
     return s;

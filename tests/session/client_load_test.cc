@@ -188,7 +188,7 @@ TEST_CASE("spec6 success needs transfer_done true and every index exactly once",
   REQUIRE(f.Done("r1", round).ok());
   const JobResult result = SingleResult(f.role);
   CHECK(ResultText(result) == "job 1 r1 ok");
-  for (protocol::BlockIndex i : {5u, 2u, 9u}) CHECK(f.SlotBytes(i) == BlockBytes(round, i));
+  for (protocol::SlotIndex i : {5u, 2u, 9u}) CHECK(f.SlotBytes(i) == BlockBytes(round, i));
   CHECK(f.SlotUntouched(0));
   CHECK(f.role.TrackedRequests() == 0);
   CHECK_FALSE(f.role.NextDeadline());
@@ -276,7 +276,7 @@ TEST_CASE("spec6 late data after abort is discarded and never written", "[client
   }
   CHECK(SingleResult(f.role).success == false);
   // Even indexes the load never asked for are discarded, not judged.
-  for (std::vector<protocol::BlockIndex> indexes : {std::vector<protocol::BlockIndex>{0, 1}, {5}}) {
+  for (std::vector<protocol::SlotIndex> indexes : {std::vector<protocol::SlotIndex>{0, 1}, {5}}) {
     REQUIRE(f.Header("r1", round, indexes).ok());
     CHECK(f.plan.discard);
     CHECK(f.plan.targets.empty());

@@ -197,8 +197,8 @@ TEST_CASE("spec6 a symmetric load may only name confirmed hits of the open round
   f.Answer("r1", round, {TestKey(1), TestKey(2)}, {true, false});
   JobId job = 0;
   auto try_load = [&](std::vector<protocol::Key> keys) {
-    std::vector<protocol::BlockIndex> indexes;
-    for (size_t i = 0; i < keys.size(); ++i) indexes.push_back(static_cast<protocol::BlockIndex>(i));
+    std::vector<protocol::SlotIndex> indexes;
+    for (size_t i = 0; i < keys.size(); ++i) indexes.push_back(static_cast<protocol::SlotIndex>(i));
     return f.role.RequestBlocks(++job, "r1", std::move(keys), std::move(indexes), f.region->Sink());
   };
   for (int bad : {2, 3, 4}) {  // a miss, an unanswered probe, a key never probed
@@ -222,7 +222,7 @@ TEST_CASE("spec6 a request that never probed loads without probe checks (PD)", "
   ClientFixture f;
   const Fetch fetch = f.PdLoad(1, "pd", {4, 5});
   CHECK(fetch.keys == std::vector<protocol::Key>{TestKey(104), TestKey(105)});
-  CHECK(fetch.block_indexes == std::vector<protocol::BlockIndex>{4, 5});
+  CHECK(fetch.block_indexes == std::vector<protocol::SlotIndex>{4, 5});
   // Probing elsewhere does not make this request symmetric.
   f.Probe("other", {TestKey(1)});
   CHECK(f.PdLoad(2, "pd", {6}).round_seq > fetch.round_seq);
@@ -232,7 +232,7 @@ TEST_CASE("spec6 malformed loads are rejected with nothing sent and no result ow
   ClientFixture f;
   f.PdLoad(5, "busy", {9});
   f.log.Clear();
-  auto request = [&](JobId job, std::vector<protocol::Key> keys, std::vector<protocol::BlockIndex> indexes,
+  auto request = [&](JobId job, std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> indexes,
                      SlotSinkRef sink) {
     return f.role.RequestBlocks(job, "r1", std::move(keys), std::move(indexes), std::move(sink));
   };
@@ -244,7 +244,7 @@ TEST_CASE("spec6 malformed loads are rejected with nothing sent and no result ow
       request(5, {TestKey(1)}, {0}, sink),                               // job 5 already in flight
       request(1, {TestKey(1)}, {0}, nullptr),                            // nowhere to write
       request(1, {std::string()}, {0}, sink),                            // a key the wire cannot carry
-      request(1, {TestKey(1)}, {protocol::BlockIndex{1u << 31}}, sink),  // index out of range
+      request(1, {TestKey(1)}, {protocol::SlotIndex{1u << 31}}, sink),  // index out of range
   };
   for (const Status& s : rejected) {
     CHECK(s.code() == Status::Code::kInvalid);

@@ -84,7 +84,7 @@ inline PinRef MemoryRegion::Pin(uint32_t index) {
 class MemorySink : public SlotSink {
  public:
   explicit MemorySink(std::shared_ptr<MemoryRegion> region) : region_(std::move(region)) {}
-  std::span<uint8_t> Slot(protocol::BlockIndex index) override { return region_->Block(index); }
+  std::span<uint8_t> Slot(protocol::SlotIndex index) override { return region_->Block(index); }
   bool Writable() const override { return !region_->truncated(); }
 
  private:
@@ -93,8 +93,8 @@ class MemorySink : public SlotSink {
 
 inline SlotSinkRef MemoryRegion::Sink() { return std::make_shared<MemorySink>(shared_from_this()); }
 
-// A BlockIndex over one region: key -> block index.
-class MemoryIndex : public BlockIndex {
+// A PublishedBlocks over one region: key -> block index.
+class MemoryIndex : public PublishedBlocks {
  public:
   explicit MemoryIndex(std::shared_ptr<MemoryRegion> region) : region_(std::move(region)) {}
   void Publish(const protocol::Key& key, uint32_t index) { published_[key] = index; }

@@ -225,7 +225,7 @@ TEST_CASE("client: many short keys split at 65536 a lookup", "[client][rounds]")
 TEST_CASE("client: a load whose fetch would not fit one frame is refused, nothing sent", "[client][rounds]") {
   ClientFixture f;
   std::vector<protocol::Key> keys;
-  std::vector<protocol::BlockIndex> indexes;
+  std::vector<protocol::SlotIndex> indexes;
   for (uint32_t i = 0; i < 3000; ++i) {
     protocol::Key key(4096, '\x02');
     key[0] = static_cast<char>(i & 0xff);

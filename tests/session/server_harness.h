@@ -56,7 +56,7 @@ class ServerHarness {
     role->OnLookup(protocol::Lookup{kv, Keys(ids), round});
   }
   // Fetches Key(ids[i]) into destination dests[i].
-  Status Fetch(const std::string& kv, std::initializer_list<int> ids, std::vector<protocol::BlockIndex> dests,
+  Status Fetch(const std::string& kv, std::initializer_list<int> ids, std::vector<protocol::SlotIndex> dests,
                protocol::RoundSeq round) {
     return role->OnFetch(protocol::Fetch{kv, Keys(ids), std::move(dests), round});
   }
@@ -110,8 +110,8 @@ class ServerHarness {
   std::vector<JobResult> Results() { return role->TakeStoreResults(); }
 
   // Destination index -> the bytes written there, over every block_data.
-  std::map<protocol::BlockIndex, std::vector<uint8_t>> Received(const std::string& kv, protocol::RoundSeq round) const {
-    std::map<protocol::BlockIndex, std::vector<uint8_t>> received;
+  std::map<protocol::SlotIndex, std::vector<uint8_t>> Received(const std::string& kv, protocol::RoundSeq round) const {
+    std::map<protocol::SlotIndex, std::vector<uint8_t>> received;
     for (size_t i = 0; i < log.frames.size(); ++i) {
       const auto* data = std::get_if<protocol::BlockData>(&log.frames[i].message);
       if (!data || data->kv_request_id != kv || data->round_seq != round) continue;

@@ -36,13 +36,13 @@ TEST_CASE("spec6 producer push: block_data for every block, then transfer_done",
   h.log.Clear();
   h.Drain();
   REQUIRE(h.Types() == std::vector<std::string>{"block_data", "block_data", "block_data", "transfer_done"});
-  std::vector<protocol::BlockIndex> sent;
+  std::vector<protocol::SlotIndex> sent;
   for (const BlockData& data : h.All<BlockData>()) {
     REQUIRE(data.kv_request_id == "a");
     REQUIRE(data.round_seq == 0);
     sent.insert(sent.end(), data.block_indexes.begin(), data.block_indexes.end());
   }
-  REQUIRE(sent == std::vector<protocol::BlockIndex>{4, 3, 2, 1, 0});  // each exactly once, in demand order
+  REQUIRE(sent == std::vector<protocol::SlotIndex>{4, 3, 2, 1, 0});  // each exactly once, in demand order
   REQUIRE(Done(h.All<TransferDone>()[0], "a", true, 0));
   REQUIRE_FALSE(h.role->HasDataToSend());
   RequireIdle(h);
@@ -87,11 +87,11 @@ TEST_CASE("spec6 a frame never names more than 65536 block indexes", "[server]")
   ServerHarness h(config);
   const size_t blocks = protocol::kMaxListItems + 5;
   std::vector<protocol::Key> keys;
-  std::vector<protocol::BlockIndex> dests;
+  std::vector<protocol::SlotIndex> dests;
   std::vector<PinRef> pins;
   for (size_t i = 0; i < blocks; ++i) {
     keys.push_back("k" + std::to_string(i));
-    dests.push_back(static_cast<protocol::BlockIndex>(i));
+    dests.push_back(static_cast<protocol::SlotIndex>(i));
     pins.push_back(h.region->Pin(static_cast<uint32_t>(i % kServerBlocks)));
   }
   REQUIRE(h.role->OnFetch(protocol::Fetch{"a", keys, dests, 0}).ok());
@@ -117,7 +117,7 @@ TEST_CASE("spec6 block_data payload bytes equal the source blocks, in index orde
   REQUIRE(h.Types() == std::vector<std::string>{"lookup_resp", "block_data", "transfer_done"});
   const OutFrame& frame = h.log.frames[1];
   const BlockData& data = std::get<BlockData>(frame.message);
-  REQUIRE(data.block_indexes == std::vector<protocol::BlockIndex>{0, 1});
+  REQUIRE(data.block_indexes == std::vector<protocol::SlotIndex>{0, 1});
   REQUIRE(frame.blocks.size() == 2);
   const auto first = frame.blocks[0]->bytes();
   const auto second = frame.blocks[1]->bytes();

@@ -3,7 +3,7 @@
 //
 // Not applicable to our design, so not tested:
 // * E25 (a HIT_PENDING/RETRY probe forced to MISS after 5 s): the node-wide
-//   BlockIndex answers every key at once, so no lookup is ever parked.
+//   PublishedBlocks answers every key at once, so no lookup is ever parked.
 // * E41 (abort drain past 10 s, immediate cancel): nothing of a round is in
 //   flight outside the role except the one data frame already produced,
 //   which holds its own pins; there is nothing to drain or cancel, so the
@@ -13,7 +13,7 @@
 // (E21, E24, E26-E28) -> immediate answers and round-held pins; NIXL
 // write_blocks/transfer states (E47-E49) -> the writer's pull path and the
 // connection failing; a transport poll per peer (E51) -> two roles sharing
-// one BlockIndex.
+// one PublishedBlocks.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -142,7 +142,7 @@ TEST_CASE("E29 lookup, fetch, transfer: pinned sources go to the consumer's inde
   REQUIRE(h.Fetch("a", {1, 2}, {10, 11}, 0).ok());
   h.Drain();
   REQUIRE(h.Types() == std::vector<std::string>{"lookup_resp", "block_data", "transfer_done"});
-  REQUIRE(h.All<BlockData>()[0].block_indexes == std::vector<protocol::BlockIndex>{10, 11});
+  REQUIRE(h.All<BlockData>()[0].block_indexes == std::vector<protocol::SlotIndex>{10, 11});
   const auto received = h.Received("a", 0);
   REQUIRE(received.at(10) == h.BlockBytes(1));
   REQUIRE(received.at(11) == h.BlockBytes(2));
@@ -465,7 +465,7 @@ TEST_CASE("E46 prefiller first: store, finish, then fetch", "[server]") {
     REQUIRE(h.Fetch("a", {1, 2}, {0, 1}, 0).ok());
     h.Drain();
     REQUIRE(h.Types() == std::vector<std::string>{"block_data", "transfer_done"});
-    REQUIRE(h.All<BlockData>()[0].block_indexes == std::vector<protocol::BlockIndex>{0});
+    REQUIRE(h.All<BlockData>()[0].block_indexes == std::vector<protocol::SlotIndex>{0});
     REQUIRE(Done(h.All<TransferDone>()[0], "a", false, 0));
     REQUIRE(h.Results().at(0).success);
   }
