@@ -9,7 +9,7 @@
 // The codes are the classes of failure the layers tell apart. Besides the
 // peer protocol's, they are the control API's error classes
 // (docs/control-api.md, "2. Errors"), so a failure deep in the daemon reaches
-// the engine with its class intact; daemon/api_error.h names each on the wire.
+// the engine with its class intact; daemon/api/api_error.h names each on the wire.
 //
 // Thread-safety: a Status is a plain value; distinct objects may be used
 // from distinct threads.

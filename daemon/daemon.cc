@@ -14,14 +14,15 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "config/cidr.h"
-#include "daemon/block_index.h"
-#include "daemon/control_server.h"
-#include "daemon/engine_registry.h"
-#include "daemon/metrics_http.h"
-#include "daemon/node_model.h"
-#include "daemon/peer_manager.h"
-#include "daemon/peer_stream.h"
+#include "daemon/node/published_blocks.h"
+#include "daemon/control/control_server.h"
+#include "daemon/control/engine_registry.h"
+#include "daemon/metrics/metrics_http.h"
+#include "daemon/node/node_model.h"
+#include "daemon/peer/peer_manager.h"
+#include "daemon/peer/peer_stream.h"
 #include "daemon/systemd_notify.h"
+#include "session/peer_disconnect_reason.h"
 
 namespace kvpeer::daemon {
 
@@ -175,7 +176,7 @@ int Daemon::Run() {
     boost::system::error_code ignored;
     parts_->reload_signal.cancel(ignored);
     parts_->control->BeginShutdown();
-    parts_->peers.Shutdown("kvpeerd is shutting down");
+    parts_->peers.Shutdown(std::string(session::kDaemonShutdownReason));
     // Results are queued for the engines now; give their polls a moment.
     parts_->drain_timer.expires_after(kDrainGrace);
     parts_->drain_timer.async_wait([this](boost::system::error_code) {

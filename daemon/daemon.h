@@ -1,5 +1,5 @@
 // Daemon: one kvpeerd node. It composes the parts on one io_context: the
-// node's model settings, the node-wide block index, the engines (control
+// node's model settings, the node's published blocks, the engines (control
 // side), the peers (peer side), the control socket and the optional metrics
 // listener, and runs them until SIGTERM/SIGINT, when it drains: every job
 // ends with a result before the control socket closes, within a bounded time.

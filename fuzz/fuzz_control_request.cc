@@ -2,7 +2,7 @@
 //
 // The daemon reads NDJSON lines from the control socket, parses each with
 // Boost.JSON, checks that it is an object with a string `op`, and then each
-// op reads its fields with RequestReader (daemon/json_request.h), which holds
+// op reads its fields with RequestReader (daemon/api/json_request.h), which holds
 // every field rule: strings counted in characters, "host:port" peers, integer
 // ranges, lowercase hex keys, block ids, parallel arrays. This target runs
 // that path without sockets: the line splitting lives inside the socket
@@ -10,7 +10,7 @@
 // (lines end at '\n', a line longer than the limit ends the stream) stands
 // in for it; the parse and every reader are the daemon's own code, read in
 // the order each op reads them. Which ops exist comes from the daemon's op
-// table (daemon/control_ops.h): the reads below are kept per op by hand
+// table (daemon/api/control_ops.h): the reads below are kept per op by hand
 // (they run inside the handlers, which need the event loop), and the first
 // input traps unless they cover exactly the table's ops, so the two cannot
 // drift apart.
@@ -47,9 +47,9 @@
 #include <boost/json/value.hpp>
 
 #include "base/hex.h"
-#include "daemon/api_error.h"
-#include "daemon/control_ops.h"
-#include "daemon/json_request.h"
+#include "daemon/api/api_error.h"
+#include "daemon/api/control_ops.h"
+#include "daemon/api/json_request.h"
 #include "fuzz/chunk_sizes.h"
 #include "protocol/codec.h"
 #include "protocol/json_fields.h"

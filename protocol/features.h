@@ -1,6 +1,6 @@
 // Names of the optional features of wire-protocol.md section 7, and the set a
 // node offers by default. A feature is on for a connection only when both
-// connects list it (session/handshake.h negotiates).
+// connects list it (session/internal/handshake.h negotiates).
 #pragma once
 
 #include <string>

@@ -68,7 +68,7 @@ std::string_view JsonKindName(const boost::json::value& value);
 
 // ---- The field rules as typed verdicts ----------------------------------------
 // Written once for both JSON readers: the FieldReader below and the control
-// API's RequestReader (daemon/json_request.h), which words its messages for
+// API's RequestReader (daemon/api/json_request.h), which words its messages for
 // engines (docs/control-api.md) but applies the same rules.
 
 // Unicode characters (code points) in `utf8`, which the JSON parser has

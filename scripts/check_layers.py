@@ -27,10 +27,10 @@ import sys
 # every component a folder uses, lower layers included. A file belongs to the
 # component whose folder is the longest prefix of its path.
 #
-# Issue 13 (item 3) splits daemon/ into daemon/node, daemon/control,
-# daemon/peer and daemon/metrics, and moves session helpers into
-# session/internal/; that split extends this table with those folders (and
-# LIBRARIES below with their libraries). Today daemon/ is one flat folder.
+# daemon/ is split into libraries of its own (docs/architecture.md, "The
+# parts of the daemon"): the control API's vocabulary (api), metrics, the node
+# and the seam between the node's two sides (node), the engine side
+# (control) and the peer side (peer); daemon/ itself only composes them.
 COMPONENTS = {
     "base": [],
     "protocol": ["base"],
@@ -38,7 +38,13 @@ COMPONENTS = {
     # Beside the stack: settings and files, with the wire's peer_id syntax,
     # feature names and JSON field readers.
     "config": ["base", "protocol"],
-    "daemon": ["base", "protocol", "session", "config"],
+    "daemon/api": ["base", "protocol"],
+    "daemon/metrics": ["base", "protocol", "session", "daemon/api"],
+    "daemon/node": ["base", "protocol", "session", "daemon/api", "daemon/metrics"],
+    "daemon/control": ["base", "protocol", "session", "config", "daemon/api", "daemon/metrics", "daemon/node"],
+    "daemon/peer": ["base", "protocol", "session", "config", "daemon/api", "daemon/metrics", "daemon/node"],
+    "daemon": ["base", "protocol", "session", "config", "daemon/api", "daemon/metrics", "daemon/node",
+               "daemon/control", "daemon/peer"],
     # kvpeerctl speaks the control API; from config it takes the default
     # socket path, host:port syntax, Printable and version.h, never the daemon.
     "cli": ["base", "config"],
@@ -52,6 +58,11 @@ LIBRARIES = {
     "kvpeer_protocol": "protocol",
     "kvpeer_session": "session",
     "kvpeer_config": "config",
+    "kvpeer_api": "daemon/api",
+    "kvpeer_metrics": "daemon/metrics",
+    "kvpeer_node": "daemon/node",
+    "kvpeer_control": "daemon/control",
+    "kvpeer_peer": "daemon/peer",
     "kvpeer_daemon": "daemon",
     "kvpeer_cli": "cli",
 }

@@ -30,9 +30,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 echo "== ThreadSanitizer build and tests (session, daemon)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVPEER_TSAN=ON >/dev/null
-cmake --build build-tsan -j2 --target session_tests daemon_tests
+cmake --build build-tsan -j2 --target session_tests daemon_api_tests daemon_metrics_tests daemon_node_tests daemon_control_tests daemon_peer_tests
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan -j2 -R "session_tests|daemon_tests" --output-on-failure --timeout 600
+  ctest --test-dir build-tsan -j2 -R "session_tests|daemon_[a-z]+_tests" --output-on-failure --timeout 600
 
 echo "== Release build and tests"
 scripts/setup.sh --build-dir build

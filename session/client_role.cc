@@ -10,9 +10,9 @@
 #include "base/hex.h"
 #include "protocol/codec.h"
 #include "protocol/limits.h"
-#include "session/client_load_slots.h"
-#include "session/client_state.h"
-#include "session/frame_budget.h"
+#include "session/internal/client_load_slots.h"
+#include "session/internal/client_state.h"
+#include "session/internal/frame_budget.h"
 
 namespace kvpeer::session {
 namespace {

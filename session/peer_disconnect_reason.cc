@@ -13,7 +13,7 @@ constexpr std::array<Entry, 9> kFixedReasons = {{
     {"duplicate", PeerDisconnectReason::kDuplicate},
     {"node not configured", PeerDisconnectReason::kNodeNotConfigured},
     {"shutting down", PeerDisconnectReason::kShuttingDown},
-    {"kvpeerd is shutting down", PeerDisconnectReason::kShuttingDown},
+    {kDaemonShutdownReason, PeerDisconnectReason::kShuttingDown},
     {"too many peers", PeerDisconnectReason::kTooManyPeers},
     {"peer restarted", PeerDisconnectReason::kPeerRestarted},
     {"disconnected by operator", PeerDisconnectReason::kDisconnectedByOperator},
@@ -30,9 +30,9 @@ PeerDisconnectReason ParseDisconnectReason(const std::optional<std::string>& rea
   return PeerDisconnectReason::kUnspecified;
 }
 
-std::string_view DisconnectReasonText(PeerDisconnectReason reason) {
+std::string DisconnectReasonText(PeerDisconnectReason reason) {
   for (const auto& [text, value] : kFixedReasons) {
-    if (value == reason) return text;
+    if (value == reason) return std::string(text);
   }
   return {};
 }

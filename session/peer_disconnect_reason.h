@@ -25,10 +25,16 @@ enum class PeerDisconnectReason {
   kHandshakeTimedOut,      // "handshake timed out" (sent by kvpeerd)
 };
 
+// What kvpeerd's sessions close with when it drains (docs/control-api.md,
+// "Shutdown"): the reason every in-flight load reports and the disconnect
+// its peers receive, one of the two texts of kShuttingDown.
+inline constexpr std::string_view kDaemonShutdownReason = "kvpeerd is shutting down";
+
 PeerDisconnectReason ParseDisconnectReason(const std::optional<std::string>& reason);
 
-// The wire text this daemon sends for a fixed reason (the first of two for
-// kShuttingDown); empty for kUnspecified.
-std::string_view DisconnectReasonText(PeerDisconnectReason reason);
+// The wire text this daemon sends for a fixed reason (for kShuttingDown the
+// short one a refused connection gets; a drain sends kDaemonShutdownReason);
+// empty for kUnspecified.
+std::string DisconnectReasonText(PeerDisconnectReason reason);
 
 }  // namespace kvpeer::session

@@ -12,7 +12,7 @@
 #include "base/utf8.h"
 #include "protocol/codec.h"
 #include "protocol/limits.h"
-#include "session/handshake.h"
+#include "session/internal/handshake.h"
 #include "session/peer_disconnect_reason.h"
 
 namespace kvpeer::session {

@@ -46,7 +46,7 @@
 #include "base/status.h"
 #include "session/client_role.h"
 #include "session/close_cause.h"
-#include "session/handshake.h"
+#include "session/internal/handshake.h"
 #include "session/peer_disconnect_reason.h"
 #include "session/server_role.h"
 #include "session/session_types.h"

@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "protocol/limits.h"
-#include "session/abort_tombstones.h"
-#include "session/frame_budget.h"
-#include "session/outbound_round.h"
-#include "session/store_ledger.h"
+#include "session/internal/abort_tombstones.h"
+#include "session/internal/frame_budget.h"
+#include "session/internal/outbound_round.h"
+#include "session/internal/store_ledger.h"
 
 namespace kvpeer::session {
 namespace {

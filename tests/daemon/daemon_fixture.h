@@ -26,12 +26,12 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "daemon/block_index.h"
-#include "daemon/control_server.h"
-#include "daemon/engine_registry.h"
-#include "daemon/node_model.h"
-#include "daemon/peer_service.h"
-#include "daemon/unique_fd.h"
+#include "daemon/node/published_blocks.h"
+#include "daemon/control/control_server.h"
+#include "daemon/control/engine_registry.h"
+#include "daemon/node/node_model.h"
+#include "daemon/node/peer_service.h"
+#include "base/unique_fd.h"
 
 namespace kvpeer::daemon::testing {
 

@@ -1,5 +1,5 @@
 """Attacks on the --metrics-listen HTTP listener, against a real daemon
-(docs/security.md threat table, "Metrics listener"; daemon/metrics_http.h):
+(docs/security.md threat table, "Metrics listener"; daemon/metrics/metrics_http.h):
 
   * 64+ idle sockets held open and refilled as the daemon closes them (the
     listener's connection cap), plus slowloris sockets trickling a request
@@ -17,7 +17,7 @@ import unittest
 
 from harness import DaemonTestCase
 
-CAP = 64  # the listener's connection cap (daemon/metrics_http.cc)
+CAP = 64  # the listener's connection cap (daemon/metrics/metrics_http.cc)
 IDLE_SOCKETS = CAP + 16
 SLOWLORIS_SOCKETS = 8
 SCRAPES = 20

@@ -921,7 +921,7 @@ class ControlInputTest(BadInputBase):
         on a sealed publish, the consumer hashes each block after it lands.
         Engines here flip their region files between 0 bytes and full size
         as fast as they can while that happens, on both sides. Every read of
-        a vanished page must be caught (daemon/guarded_read.h): no daemon
+        a vanished page must be caught (daemon/node/guarded_read.h): no daemon
         dies of SIGBUS, every load ends with exactly one result and a
         reason, and the two nodes transfer verified bytes afterwards. (The
         session itself may be replaced: a source page vanishing while the

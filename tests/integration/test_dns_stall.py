@@ -31,7 +31,7 @@ from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 64 * 1024
 SLOW_ANSWER_S = 8.0
-LOOKUP_TIMEOUT_S = 5.0  # daemon/peer_resolver.h, Options::timeout
+LOOKUP_TIMEOUT_S = 5.0  # daemon/peer/peer_resolver.h, Options::timeout
 SLOW_PEERS = ["slow-one.test:5710", "slow-two.test:5710"]
 
 

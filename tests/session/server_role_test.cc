@@ -259,7 +259,7 @@ TEST_CASE("a source region truncated under its pins fails the round, not the con
 }
 
 // Parked until the unsupplied timeout (wire spec 1.1 section 6), which
-// tests/session/round_bounds_test.cc covers.
+// tests/session/internal/round_bounds_test.cc covers.
 TEST_CASE("E35 disaggregated fetch with unmatched demand is parked, not failed", "[server]") {
   ServerHarness h;
   REQUIRE(h.Fetch("a", {1, 2}, {0, 1}, 0).ok());

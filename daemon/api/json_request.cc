@@ -1,0 +1,241 @@
+#include "daemon/api/json_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/host_port.h"
+#include "base/utf8.h"
+#include "protocol/json_fields.h"
+#include "protocol/limits.h"
+
+namespace kvpeer::daemon {
+namespace {
+
+namespace json = boost::json;
+
+// The rule a value broke, or nullopt when it passed; the reader adds the
+// field's name.
+using Broken = std::optional<std::string>;
+
+Broken NotA(std::string_view wanted, const json::value& value) {
+  return "must be " + std::string(wanted) + ", not " + std::string(JsonKind(value));
+}
+
+Broken ParseUint(const json::value& value, uint64_t max, uint64_t* out) {
+  const std::string wanted = "an integer in 0 ..= " + std::to_string(max);
+  switch (protocol::CheckInteger(value, protocol::IntegerRule{0, max}, out)) {
+    case protocol::IntegerVerdict::kOk:
+      return std::nullopt;
+    case protocol::IntegerVerdict::kNotAnInteger:
+    case protocol::IntegerVerdict::kFractional:
+      break;
+    case protocol::IntegerVerdict::kNegative:
+      return "must be " + wanted + ", is " + std::to_string(value.get_int64());
+    case protocol::IntegerVerdict::kOutOfRange:
+      return "must be " + wanted + ", is " + std::to_string(*out);
+  }
+  return NotA(wanted, value);
+}
+
+Broken ParseKey(const json::value& value, protocol::Key* out) {
+  switch (protocol::CheckKey(value, out).verdict) {
+    case protocol::KeyVerdict::kOk:
+      return std::nullopt;
+    case protocol::KeyVerdict::kNotAString:
+      break;
+    case protocol::KeyVerdict::kBadLength:
+      return "must have 2 ..= " + std::to_string(2 * protocol::kMaxKeyBytes) + " hex digits, has " +
+             std::to_string(value.get_string().size());
+    case protocol::KeyVerdict::kNotHex:
+    case protocol::KeyVerdict::kOddDigits:
+      return "must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
+             Utf8Prefix(value.get_string(), 64) + "'";
+  }
+  return NotA("a string of lowercase hex digits", value);
+}
+
+Broken ParsePeer(const json::value& value, std::string* out) {
+  const json::string* text = value.if_string();
+  if (text == nullptr) return NotA("a \"host:port\" string", value);
+  const std::string_view peer(*text);
+  const std::optional<HostPort> address = SplitHostPort(peer);
+  if (!address || address->port == 0 || peer.size() > protocol::kMaxStringChars) {
+    return "must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'";
+  }
+  out->assign(peer);
+  return std::nullopt;
+}
+
+// Why a list was refused: the list as a whole (its kind or length), or the
+// item at `item`.
+struct ListProblem {
+  std::optional<size_t> item;
+  std::string rule;
+};
+
+template <typename T, typename Parse>
+std::optional<ListProblem> ParseList(const json::value& value, size_t min_items, std::string_view item_kind,
+                                     Parse parse, std::vector<T>* out) {
+  const json::array* items = value.if_array();
+  if (items == nullptr) return ListProblem{std::nullopt, *NotA("an array of " + std::string(item_kind), value)};
+  if (items->size() < min_items || items->size() > protocol::kMaxListItems) {
+    return ListProblem{std::nullopt, "must have " + std::to_string(min_items) + " ..= " +
+                                         std::to_string(protocol::kMaxListItems) + " items, has " +
+                                         std::to_string(items->size())};
+  }
+  std::vector<T> parsed(items->size());
+  for (size_t i = 0; i < items->size(); ++i) {
+    if (Broken broken = parse((*items)[i], &parsed[i])) return ListProblem{i, std::move(*broken)};
+  }
+  *out = std::move(parsed);
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool HasNonFiniteNumber(const json::value& value) {
+  switch (value.kind()) {
+    case json::kind::double_:
+      return !std::isfinite(value.get_double());
+    case json::kind::array:
+      return std::any_of(value.get_array().begin(), value.get_array().end(),
+                         [](const json::value& item) { return HasNonFiniteNumber(item); });
+    case json::kind::object:
+      return std::any_of(value.get_object().begin(), value.get_object().end(),
+                         [](const json::key_value_pair& item) { return HasNonFiniteNumber(item.value()); });
+    default:
+      return false;
+  }
+}
+
+std::string_view JsonKind(const json::value& value) {
+  // Engines write JSON by hand more than peers do: name the number's form.
+  if (value.is_double()) return "a number with a fraction or exponent";
+  return protocol::JsonKindName(value);
+}
+
+void RequestReader::Fail(std::string_view name, const std::string& rule) {
+  if (status_.ok()) status_ = Status::Invalid("field '" + std::string(name) + "' " + rule);
+}
+
+const json::value* RequestReader::Present(std::string_view name) {
+  if (!status_.ok()) return nullptr;
+  return request_.if_contains(name);
+}
+
+const json::value* RequestReader::Required(std::string_view name) {
+  if (!status_.ok()) return nullptr;
+  const json::value* value = request_.if_contains(name);
+  if (value == nullptr) Fail(name, "is required");
+  return value;
+}
+
+void RequestReader::String(std::string_view name, size_t min_chars, size_t max_chars, std::string* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  const json::string* text = value->if_string();
+  if (text == nullptr) return Fail(name, *NotA("a string", *value));
+  const size_t chars = protocol::CountCodePoints(*text);
+  if (chars < min_chars || chars > max_chars) {
+    return Fail(name, "must be " + std::to_string(min_chars) + " ..= " + std::to_string(max_chars) +
+                          " characters long, has " + std::to_string(chars));
+  }
+  out->assign(text->data(), text->size());
+}
+
+void RequestReader::IdString(std::string_view name, std::string* out) {
+  std::string text;
+  String(name, 1, protocol::kMaxStringChars, &text);
+  if (text.empty()) return;  // absent or of the wrong kind: already failed
+  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(text)) return Fail(name, *problem);
+  *out = std::move(text);
+}
+
+void RequestReader::Peer(std::string_view name, std::string* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  if (Broken broken = ParsePeer(*value, out)) Fail(name, *broken);
+}
+
+void RequestReader::Uint(std::string_view name, uint64_t max, uint64_t* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  uint64_t parsed = 0;
+  if (Broken broken = ParseUint(*value, max, &parsed)) return Fail(name, *broken);
+  *out = parsed;
+}
+
+void RequestReader::Int(std::string_view name, int64_t* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  if (const int64_t* i = value->if_int64()) {
+    *out = *i;
+  } else if (const uint64_t* u = value->if_uint64();
+             u != nullptr && *u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    *out = static_cast<int64_t>(*u);
+  } else {
+    Fail(name, value->is_uint64() ? "must be an integer that fits int64" : *NotA("an integer", *value));
+  }
+}
+
+void RequestReader::Bool(std::string_view name, bool* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  if (!value->is_bool()) return Fail(name, *NotA("true or false", *value));
+  *out = value->get_bool();
+}
+
+void RequestReader::Keys(std::string_view name, size_t min_items, std::vector<protocol::Key>* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  if (std::optional<ListProblem> problem = ParseList(*value, min_items, "lowercase hex strings", ParseKey, out)) {
+    if (!problem->item) return Fail(name, problem->rule);
+    Fail(std::string(name) + "[" + std::to_string(*problem->item) + "]", problem->rule);
+  }
+}
+
+void RequestReader::BlockIds(std::string_view name, size_t min_items, std::vector<uint64_t>* out) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return;
+  auto parse = [](const json::value& item, uint64_t* id) {
+    return ParseUint(item, std::numeric_limits<uint64_t>::max(), id);
+  };
+  if (std::optional<ListProblem> problem = ParseList(*value, min_items, "integers", parse, out)) {
+    if (!problem->item) return Fail(name, problem->rule);
+    const json::value& item = value->get_array()[*problem->item];
+    // The engine reads one sentence about the list rather than the item's own rule.
+    Fail(name, "must be an array of non-negative integers; item " + std::to_string(*problem->item) + " is " +
+                   std::string(JsonKind(item)) + (item.is_int64() ? " below 0" : ""));
+  }
+}
+
+void RequestReader::OptionalUint(std::string_view name, uint64_t max, std::optional<uint64_t>* out) {
+  if (Present(name) == nullptr) return;
+  uint64_t parsed = 0;
+  Uint(name, max, &parsed);
+  if (status_.ok()) *out = parsed;
+}
+
+void RequestReader::OptionalBool(std::string_view name, std::optional<bool>* out) {
+  if (Present(name) == nullptr) return;
+  bool parsed = false;
+  Bool(name, &parsed);
+  if (status_.ok()) *out = parsed;
+}
+
+void RequestReader::OptionalString(std::string_view name, size_t min_chars, size_t max_chars,
+                                   std::optional<std::string>* out) {
+  if (Present(name) == nullptr) return;
+  std::string parsed;
+  String(name, min_chars, max_chars, &parsed);
+  if (status_.ok()) *out = std::move(parsed);
+}
+
+void RequestReader::SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size) {
+  if (!status_.ok() || size == other_size) return;
+  Fail(name, "must have as many items as '" + std::string(other) + "' (" + std::to_string(other_size) + "), has " +
+                 std::to_string(size));
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,408 @@
+#include "daemon/control/control_server.h"
+
+#include <cmath>
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <spdlog/spdlog.h>
+
+#include "config/version.h"
+#include "daemon/metrics/accept_backoff.h"
+#include "daemon/control/engine_session.h"
+#include "daemon/api/json_request.h"
+#include "daemon/control/metrics_text.h"
+#include "daemon/control/peer_status_json.h"
+
+namespace kvpeer::daemon {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using Local = asio::local::stream_protocol;
+
+// A last resort only: the peer side answers a connect within its handshake
+// timeout.
+constexpr auto kConnectCeiling = std::chrono::minutes(5);
+
+std::string Errno() { return std::strerror(errno); }
+
+}  // namespace
+
+ControlServer::ControlServer(asio::io_context& io, ControlServerOptions options, EngineRegistry& engines)
+    : io_(io), options_(std::move(options)), engines_(engines), accept_(std::make_shared<AcceptState>(io)) {
+  accept_->server = this;
+}
+
+ControlServer::~ControlServer() { Stop(); }
+
+Status ControlServer::RemoveStaleSocket() const {
+  const std::string& path = options_.socket_path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::Internal("control socket " + path + ": " + Errno());
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return Status::Internal("control socket " + path + " exists and is not a socket; not replacing it");
+  }
+  // A socket file some process still accepts on is not stale.
+  Local::socket probe(io_);
+  boost::system::error_code ec;
+  probe.connect(Local::endpoint(path), ec);
+  if (!ec) return Status::Internal("control socket " + path + " is in use by a running process");
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::Internal("cannot remove stale control socket " + path + ": " + Errno());
+  }
+  return Status::Ok();
+}
+
+Status ControlServer::Start() {
+  const std::string& path = options_.socket_path;
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Status::Internal("control socket path '" + path + "' must be 1 ..= " +
+                                std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  boost::system::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code fs_ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, fs_ec);
+  if (Status bad = RemoveStaleSocket(); !bad.ok()) return bad;
+  Local::acceptor& acceptor = accept_->acceptor;
+  acceptor.open(Local(), ec);
+  if (!ec) acceptor.bind(Local::endpoint(path), ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    acceptor.close(ec);
+    return Status::Internal("cannot listen on control socket " + path + ": " + ec.message());
+  }
+  listening_ = true;
+  if (::chmod(path.c_str(), 0660) != 0) {
+    return Status::Internal("cannot set mode 0660 on control socket " + path + ": " + Errno());
+  }
+  if (options_.socket_group && ::chown(path.c_str(), static_cast<uid_t>(-1), *options_.socket_group) != 0) {
+    return Status::Internal("cannot give control socket " + path + " to group " +
+                                std::to_string(*options_.socket_group) + ": " + Errno());
+  }
+  asio::co_spawn(io_, AcceptLoop(accept_), asio::detached);
+  spdlog::info("control socket listening on {}", path);
+  return Status::Ok();
+}
+
+void ControlServer::BeginShutdown() { shutting_down_ = true; }
+
+void ControlServer::Stop() {
+  boost::system::error_code ignored;
+  accept_->server = nullptr;
+  accept_->acceptor.close(ignored);
+  auto connections = std::move(connections_);
+  connections_.clear();
+  for (auto& [raw, connection] : connections) connection->Stop();
+  if (listening_) {
+    ::unlink(options_.socket_path.c_str());
+    listening_ = false;
+  }
+}
+
+asio::awaitable<void> ControlServer::AcceptLoop(std::shared_ptr<AcceptState> state) {
+  AcceptBackoff backoff("control socket");
+  for (;;) {
+    boost::system::error_code ec;
+    Local::socket socket = co_await state->acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (state->server == nullptr || !state->acceptor.is_open()) co_return;
+    if (!ec) {
+      backoff.Succeeded();
+      state->server->OnAccepted(std::move(socket));
+      continue;
+    }
+    // E.g. out of descriptors (EMFILE): the connection stays queued, so
+    // retrying at once would spin. Pause and log at most once a second.
+    asio::steady_timer pause(state->acceptor.get_executor(), backoff.Failed(ec));
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (state->server == nullptr) co_return;
+  }
+}
+
+bool ControlServer::Allowed(const PeerCredentials& credentials) const {
+  if (options_.allow_uids.empty() && options_.allow_gids.empty()) return true;
+  if (credentials.uid == ::geteuid()) return true;
+  auto listed = [](const std::vector<uint32_t>& ids, uint32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  return listed(options_.allow_uids, credentials.uid) || listed(options_.allow_gids, credentials.gid);
+}
+
+void ControlServer::OnAccepted(Local::socket socket) {
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    spdlog::warn("control connection refused: cannot read its credentials: {}", Errno());
+    return;
+  }
+  const PeerCredentials credentials{peer.pid, peer.uid, peer.gid};
+  if (!Allowed(credentials)) {
+    spdlog::warn("control connection from pid {} uid {} gid {} refused: not in the allowlist", peer.pid, peer.uid,
+                 peer.gid);
+    engines_.counters().Add(Counter::kControlConnectionsRefused);
+    return;
+  }
+  if (options_.max_connections != 0 && connections_.size() >= options_.max_connections) {
+    RefuseOverLimit(socket, credentials);
+    return;  // `socket` closes here
+  }
+  spdlog::info("control connection from pid {} uid {} gid {}", peer.pid, peer.uid, peer.gid);
+  engines_.counters().Add(Counter::kControlConnections);
+  ControlHandler* handler = this;
+  auto connection = std::make_shared<ControlConnection>(std::move(socket), credentials, handler);
+  connections_[connection.get()] = connection;
+  connection->Start();
+}
+
+void ControlServer::RefuseOverLimit(Local::socket& socket, const PeerCredentials& credentials) {
+  const std::string limit = "max-control-connections (" + std::to_string(options_.max_connections) + ") reached";
+  limits_.Hit(&engines_.counters(), Counter::kLimitMaxControlConnections,
+              limit + ": refused a control connection from pid " + std::to_string(credentials.pid) + " uid " +
+                  std::to_string(credentials.uid));
+  const std::string line =
+      Answer(nullptr,
+             Status::Conflict(limit + ": " + std::to_string(connections_.size()) +
+                                  " control connections are open; retry after one closes"),
+             {}) +
+      "\n";
+  // A fresh socket's send buffer is empty, so one short line fits without
+  // blocking; if not, the client just sees the close.
+  (void)::send(socket.native_handle(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void ControlServer::OnConnectionClosed(ControlConnection* connection) {
+  spdlog::debug("control connection from pid {} closed", connection->credentials().pid);
+  connections_.erase(connection);
+}
+
+std::string ControlServer::TooLargeResponse() {
+  return Answer(nullptr,
+                Status::TooLarge("request line longer than " + std::to_string(kMaxControlLineBytes) +
+                                     " bytes; closing the connection"),
+                {});
+}
+
+std::string ControlServer::Answer(const json::value& id, const Status& status, json::object fields) {
+  json::object out;
+  out["id"] = id;
+  if (!status.ok()) {
+    engines_.counters().Add(CounterFamily::kControlErrors, ApiErrorIndex(status));
+    out["ok"] = false;
+    out["error"] = json::object{{"code", ApiErrorCode(status)}, {"message", status.message()}};
+  } else {
+    out["ok"] = true;
+    for (auto& field : fields) out.insert(std::move(field));  // never replaces id or ok
+  }
+  return json::serialize(out);
+}
+
+asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlConnection> connection,
+                                                       ControlLine line) {
+  engines_.counters().Add(Counter::kRequests);
+  boost::system::error_code ec;
+  json::value parsed = json::parse(line.text, ec);
+  if (ec) co_return Answer(nullptr, Status::Invalid("request is not valid JSON: " + ec.message()), {});
+  if (!parsed.is_object()) {
+    co_return Answer(nullptr,
+                     Status::Invalid(
+                          "request must be a JSON object, not " + std::string(JsonKind(parsed))),
+                     {});
+  }
+  const json::object& request = parsed.get_object();
+  const json::value id = request.contains("id") ? request.at("id") : json::value(nullptr);
+  if (HasNonFiniteNumber(id)) {
+    // Out of double range (e.g. 1e999999), even deep inside: echoing it
+    // would print a token that is not JSON and break the client's framing.
+    co_return Answer(nullptr, Status::Invalid("field 'id' is a number out of range; use a smaller one"),
+                     {});
+  }
+  const json::value* op = request.if_contains("op");
+  if (op == nullptr || !op->is_string()) {
+    const std::string problem = op == nullptr ? "is required" : "must be a string, not " + std::string(JsonKind(*op));
+    co_return Answer(id, Status::Invalid("field 'op' " + problem), {});
+  }
+  // By op for the metrics; ops outside the API share one name, so a client
+  // cannot add counters at will.
+  const std::string_view op_name = op->get_string();
+  engines_.counters().Add(CounterFamily::kControlRequests, ControlRequestLabel(op_name));
+  json::object fields;
+  Status status;
+  try {
+    asio::awaitable<Status> dispatching =
+        Dispatch(connection, request, std::string(op->get_string()), line, &fields);
+    status = co_await std::move(dispatching);
+  } catch (const std::exception& e) {
+    status = Status::Internal(std::string("internal error: ") + e.what());
+  }
+  // A request may have waited (poll, connect); the server may be gone.
+  if (connection->closed()) co_return std::string();
+  co_return Answer(id, status, std::move(fields));
+}
+
+asio::awaitable<Status> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
+                                                const json::object& request, std::string op, ControlLine& line,
+                                                json::object* response) {
+  const ControlOp* row = FindControlOp(op);
+  if (row == nullptr) co_return UnknownOp(op);
+  OpCall call{*connection, request, line, connection->engine(), response};
+  if (Status refused = CheckOpAllowed(*row, shutting_down_, call.engine != nullptr); !refused.ok()) co_return refused;
+  ControlOpHandlers& handlers = *this;
+  asio::awaitable<Status> answering = (handlers.*row->handler)(call);
+  co_return co_await std::move(answering);  // connect and poll may wait: touches nothing of the server after
+}
+
+asio::awaitable<Status> ControlServer::NodeStatus(OpCall& call) {
+  *call.response = StatusFields();
+  co_return Status::Ok();
+}
+
+asio::awaitable<Status> ControlServer::Metrics(OpCall& call) {
+  (*call.response)["text"] = MetricsText();
+  co_return Status::Ok();
+}
+
+asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
+  RequestReader reader(call.request);
+  std::string peer;
+  reader.Peer("peer", &peer);
+  if (!reader.ok()) co_return reader.status();
+  PeerService* peers = engines_.peer_service();
+  if (peers == nullptr) co_return Status::Internal("the peer side of the daemon is not running");
+  // Shared with the callback, which may run after this request is gone.
+  struct Wait {
+    explicit Wait(asio::any_io_executor executor) : timer(std::move(executor)) {}
+    asio::steady_timer timer;
+    std::optional<Status> result;
+  };
+  auto wait = std::make_shared<Wait>(io_.get_executor());
+  peers->Connect(peer, [wait](Status status) {
+ wait->result = std::move(status);
+ wait->timer.cancel();
+  });
+  if (!wait->result) {
+    wait->timer.expires_after(kConnectCeiling);
+    boost::system::error_code ec;
+    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!wait->result) co_return Status::Unavailable("peer " + peer + " did not become ready in time");
+  co_return *wait->result;
+}
+
+asio::awaitable<Status> ControlServer::Disconnect(OpCall& call) {
+  RequestReader reader(call.request);
+  std::string peer;
+  reader.Peer("peer", &peer);
+  if (!reader.ok()) co_return reader.status();
+  PeerService* peers = engines_.peer_service();
+  if (peers == nullptr) co_return Status::Internal("the peer side of the daemon is not running");
+  co_return peers->Disconnect(peer);
+}
+
+asio::awaitable<Status> ControlServer::Hello(OpCall& call) {
+  ControlConnection& connection = call.connection;
+  if (call.engine) {
+    co_return Status::Conflict("this connection already said hello (engine '" + call.engine->client() +
+                                   "'); one hello per engine session");
+  }
+  std::shared_ptr<EngineSession> session;
+  Status status = engines_.Hello(call.request, connection.credentials(), &session, call.response);
+  if (status.ok()) connection.set_engine(std::move(session));
+  co_return status;
+}
+
+// The engine ops below need a hello: CheckOpAllowed has seen call.engine set.
+asio::awaitable<Status> ControlServer::RegisterRegion(OpCall& call) {
+  UniqueFd fd;
+  if (!call.line.fds.empty()) fd = std::move(call.line.fds.front());
+  co_return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
+}
+
+asio::awaitable<Status> ControlServer::Publish(OpCall& call) {
+  co_return call.engine->Publish(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Unpublish(OpCall& call) {
+  co_return call.engine->Unpublish(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Lookup(OpCall& call) {
+  co_return call.engine->Lookup(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Flush(OpCall& call) {
+  co_return call.engine->Flush(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Load(OpCall& call) {
+  co_return call.engine->Load(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Store(OpCall& call) {
+  co_return call.engine->Store(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Finish(OpCall& call) {
+  co_return call.engine->Finish(call.request, call.response);
+}
+
+asio::awaitable<Status> ControlServer::Poll(OpCall& call) {
+  asio::awaitable<Status> polling = call.engine->Poll(call.request, call.response);
+  co_return co_await std::move(polling);  // call.engine keeps the session alive while it waits
+}
+
+json::object ControlServer::StatusFields() const {
+  const auto uptime = std::chrono::steady_clock::now() - started_;
+  json::object status;
+  status["node_id"] = options_.node_id;
+  status["listen"] = options_.listen;
+  status["version"] = kVersion;
+  status["wire_version"] = kWireVersion;
+  status["uptime_s"] = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
+  status["config"] = options_.config;
+  PeerService* peers = engines_.peer_service();
+  status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
+  status["peers"] = peers != nullptr ? PeersStatusJson(peers->PeerSnapshots()) : json::array();
+  status["engines"] = engines_.EnginesStatus();
+  json::object counters;
+  for (const auto& [name, value] : engines_.counters().ByName()) counters[name] = value;
+  status["counters"] = std::move(counters);
+  return status;
+}
+
+std::string ControlServer::MetricsText() const {
+  const auto uptime = std::chrono::steady_clock::now() - started_;
+  PeerService* peers = engines_.peer_service();
+  MetricsInput input;
+  input.uptime_s = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
+  input.engines = engines_.engine_count();
+  input.control_connections = connections_.size();
+  input.published_keys = engines_.index().size();
+  input.pins = engines_.index().pins_total();
+  const EngineRegistry::Totals totals = engines_.EngineTotals();
+  input.engine_loads_in_flight = totals.loads_in_flight;
+  input.engine_jobs_pending = totals.jobs_pending;
+  if (peers != nullptr) input.peers = peers->PeerSnapshots();
+  input.counters = &engines_.counters();
+  input.peer_service = peers;
+  return FormatMetrics(input);
+}
+
+}  // namespace kvpeer::daemon

@@ -1,0 +1,415 @@
+#include "daemon/control/engine_session.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/api/json_request.h"
+
+namespace kvpeer::daemon {
+
+namespace json = boost::json;
+using protocol::SlotIndex;
+
+namespace {
+
+constexpr uint64_t kMaxNumBlocks = uint64_t{1} << 31;
+constexpr uint64_t kMaxWaitMs = 60000;
+constexpr size_t kMaxPathChars = 4096;
+
+Status PeerSideMissing() { return Status::Internal("the peer side of the daemon is not running"); }
+
+const char* AnswerName(session::ProbeAnswer answer) {
+  switch (answer) {
+    case session::ProbeAnswer::kHit: return "hit";
+    case session::ProbeAnswer::kMiss: return "miss";
+    case session::ProbeAnswer::kRetry: return "retry";
+  }
+  return "retry";
+}
+
+json::array ToArray(const std::vector<SlotIndex>& items) { return json::array(items.begin(), items.end()); }
+
+}  // namespace
+
+// Held by every pin of one store job; when the last pin drops, the job's
+// slots are no longer read by anything.
+class EngineSession::StoreGuard {
+ public:
+  StoreGuard(std::weak_ptr<EngineSession> session, int64_t engine_job, session::JobId node_job)
+      : session_(std::move(session)), engine_job_(engine_job), node_job_(node_job) {}
+  ~StoreGuard() {
+    if (auto session = session_.lock()) session->jobs_.OnStorePinsDropped(engine_job_, node_job_);
+  }
+
+ private:
+  std::weak_ptr<EngineSession> session_;
+  int64_t engine_job_;
+  session::JobId node_job_;
+};
+
+EngineSession::EngineSession(EngineRegistry& registry, EngineId id, std::string client, uint64_t block_len,
+                             PeerCredentials credentials)
+    : registry_(registry),
+      id_(id),
+      client_(std::move(client)),
+      block_len_(block_len),
+      credentials_(credentials),
+      jobs_([this] { Wake(); }),
+      poll_timer_(registry.executor()) {}
+
+EngineSession::~EngineSession() { Close(); }
+
+Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, json::object* response) {
+  RequestReader reader(request);
+  std::optional<bool> by_fd;
+  std::optional<std::string> path;
+  std::optional<uint64_t> offset;
+  uint64_t num_blocks = 0;
+  reader.OptionalBool("fd", &by_fd);
+  reader.OptionalString("path", 1, kMaxPathChars, &path);
+  reader.Uint("num_blocks", kMaxNumBlocks, &num_blocks);
+  reader.OptionalUint("offset", std::numeric_limits<uint64_t>::max(), &offset);
+  if (!reader.ok()) return reader.status();
+  const bool use_fd = by_fd.value_or(false);
+  if (use_fd == path.has_value()) {
+    return Status::Invalid(use_fd ? "give either 'path' or 'fd': true, not both"
+                                  : "field 'path' is required (or 'fd': true with the descriptor "
+                                    "passed with this line via SCM_RIGHTS)");
+  }
+  if (num_blocks == 0) return Status::Invalid("field 'num_blocks' must be at least 1, is 0");
+  if (use_fd && !fd.valid()) {
+    return Status::Invalid("'fd': true but no file descriptor came with this line (send it with "
+                           "SCM_RIGHTS in the same sendmsg as the line's first byte)");
+  }
+  if (region_) {
+    return Status::Conflict("a region (region_id " + std::to_string(region_id_) +
+                                ") is already registered; one region per engine session");
+  }
+  const RegionShape shape{num_blocks, block_len_, offset.value_or(0)};
+  // The mapped size counts against --max-region-bytes, checked before
+  // anything is opened: a sparse file costs no disk but its whole size in
+  // address space. (An overflowing size is refused by the mapping below.)
+  std::shared_ptr<const void> charge;
+  uint64_t bytes = 0;
+  if (!__builtin_mul_overflow(num_blocks, block_len_, &bytes)) {
+    if (Status full = registry_.ChargeRegion(bytes, &charge); !full.ok()) return full;
+  }
+  std::shared_ptr<ShmRegion> region;
+  Status mapped;
+  if (use_fd) {
+    mapped = ShmRegion::MapFd(fd.get(), shape, &region);
+  } else {
+    // The file must be the engine's own (SO_PEERCRED uid): the daemon may
+    // run with more rights than the engine and must not serve files the
+    // engine could not read itself.
+    mapped = ShmRegion::MapPath(*path, shape, credentials_.uid, &region);
+  }
+  if (!mapped.ok()) return mapped;
+  region->Hold(std::move(charge));
+
+  region_ = std::move(region);
+  region_id_ = id_;
+  std::weak_ptr<EngineSession> weak = weak_from_this();
+  registry_.index().AddEngine(id_, region_, [weak](SlotIndex slot) {
+    if (auto session = weak.lock(); session && !session->closed_) session->jobs_.OnReleased(slot);
+  });
+  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks,
+               block_len_, use_fd ? "passed descriptor" : *path);
+  (*response)["region_id"] = region_id_;
+  (*response)["bytes"] = region_->bytes();
+  return Status::Ok();
+}
+
+Status EngineSession::CheckRegion(std::string_view op) const {
+  if (region_) return Status::Ok();
+  return Status::NoRegion(std::string(op) + " needs a region: send register_region first");
+}
+
+Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<SlotIndex>* slots) const {
+  slots->clear();
+  slots->reserve(block_ids.size());
+  for (size_t i = 0; i < block_ids.size(); ++i) {
+    if (block_ids[i] >= region_->num_blocks()) {
+      return Status::OutOfRange("block_ids[" + std::to_string(i) + "] is " + std::to_string(block_ids[i]) +
+                                    ", not below the region's num_blocks " +
+                                    std::to_string(region_->num_blocks()));
+    }
+    slots->push_back(static_cast<SlotIndex>(block_ids[i]));
+  }
+  return Status::Ok();
+}
+
+Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv_request_id) const {
+  std::optional<EngineId> user = registry_.KvUser(peer, kv_request_id);
+  if (!user || *user == id_) return Status::Ok();
+  return Status::Conflict("kv_request_id '" + kv_request_id + "' towards peer " + peer +
+                              " is in use by another engine of this node");
+}
+
+bool EngineSession::Claim(const std::string& peer, const std::string& kv_request_id) {
+  if (!registry_.ClaimKv(peer, kv_request_id, id_)) return false;
+  kv_claims_.emplace(peer, kv_request_id);
+  return true;
+}
+
+void EngineSession::Unclaim(const std::string& peer, const std::string& kv_request_id) {
+  registry_.ReleaseKv(peer, kv_request_id);
+  kv_claims_.erase({peer, kv_request_id});
+}
+
+Status EngineSession::Publish(const json::object& request, json::object* response) {
+  RequestReader reader(request);
+  std::vector<protocol::Key> keys;
+  std::vector<uint64_t> block_ids;
+  reader.Keys("keys", 0, &keys);
+  reader.BlockIds("block_ids", 0, &block_ids);
+  std::optional<bool> seal;
+  reader.OptionalBool("seal", &seal);
+  reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
+  if (!reader.ok()) return reader.status();
+  if (Status bad = CheckRegion("publish"); !bad.ok()) return bad;
+  std::vector<SlotIndex> slots;
+  if (Status bad = CheckBlockIds(block_ids, &slots); !bad.ok()) return bad;
+  (*response)["published"] = registry_.index().Publish(id_, keys, slots, seal.value_or(false));
+  return Status::Ok();
+}
+
+Status EngineSession::Unpublish(const json::object& request, json::object* response) {
+  RequestReader reader(request);
+  std::vector<protocol::Key> keys;
+  reader.Keys("keys", 0, &keys);
+  if (!reader.ok()) return reader.status();
+  UnpublishResult result = registry_.index().Unpublish(id_, keys);
+  (*response)["released"] = ToArray(result.released);
+  (*response)["pinned"] = ToArray(result.pinned);
+  return Status::Ok();
+}
+
+Status EngineSession::Lookup(const json::object& request, json::object* response) {
+  RequestReader reader(request);
+  std::string peer;
+  std::string kv_request_id;
+  std::vector<protocol::Key> keys;
+  std::optional<bool> flush;
+  reader.Peer("peer", &peer);
+  reader.IdString("kv_request_id", &kv_request_id);
+  reader.Keys("keys", 0, &keys);
+  reader.OptionalBool("flush", &flush);
+  if (!reader.ok()) return reader.status();
+  PeerService* peers = Peers();
+  if (peers == nullptr) return PeerSideMissing();
+  if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
+
+  // Claimed before the call: the peer side may report the request failed
+  // from inside it.
+  const bool claimed = Claim(peer, kv_request_id);
+  std::vector<session::ProbeAnswer> answers;
+  if (Status failed = peers->Lookup(peer, kv_request_id, keys, flush.value_or(false), &answers); !failed.ok()) {
+    if (claimed) Unclaim(peer, kv_request_id);
+    return failed;
+  }
+  kv_ids_.insert(kv_request_id);
+  if (answers.size() != keys.size()) {
+    return Status::Internal("the peer side answered " + std::to_string(answers.size()) + " of " +
+                                std::to_string(keys.size()) + " probes");
+  }
+  json::array results;
+  for (session::ProbeAnswer answer : answers) results.emplace_back(AnswerName(answer));
+  (*response)["results"] = std::move(results);
+  return Status::Ok();
+}
+
+Status EngineSession::Flush(const json::object&, json::object* response) {
+  PeerService* peers = Peers();
+  if (peers == nullptr) return PeerSideMissing();
+  (*response)["sent"] = peers->FlushLookups();
+  return Status::Ok();
+}
+
+// The fields load and store share, checked in one order for both: field
+// types first, then the region, the slots and the job id.
+Status EngineSession::ReadJob(const json::object& request, std::string_view op, std::string* peer,
+                              JobRequest* job) const {
+  RequestReader reader(request);
+  std::vector<uint64_t> block_ids;
+  reader.Int("job_id", &job->job_id);
+  if (peer != nullptr) reader.Peer("peer", peer);
+  reader.IdString("kv_request_id", &job->kv_request_id);
+  reader.Keys("keys", 1, &job->keys);
+  reader.BlockIds("block_ids", 1, &block_ids);
+  std::optional<bool> seal;
+  if (peer == nullptr) reader.OptionalBool("seal", &seal);  // store only (control-api.md section 2)
+  job->seal = seal.value_or(false);
+  reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
+  if (!reader.ok()) return reader.status();
+  if (Peers() == nullptr) return PeerSideMissing();
+  if (Status bad = CheckRegion(op); !bad.ok()) return bad;
+  if (Status bad = CheckBlockIds(block_ids, &job->slots); !bad.ok()) return bad;
+  return jobs_.CheckJobIdFree(job->job_id);
+}
+
+// docs/control-api.md section 2 ("conflict"): a pinned slot is being read,
+// by a peer's round that hit a key published there or by a store job
+// without its result. Loading into it would serve that peer the new bytes
+// under the old key (issue 11, finding 5). One index lookup per slot.
+Status EngineSession::CheckSlotsUnpinned(const std::vector<SlotIndex>& slots) const {
+  for (SlotIndex slot : slots) {
+    if (registry_.index().live_pins(id_, slot) == 0) continue;
+    return Status::Conflict(
+                "block id " + std::to_string(slot) +
+                    " is pinned: a peer's transfer is reading it, or it is a slot of a store job still without "
+                    "its result; unpublish its key and load into it once a poll's `released` event names it, or "
+                    "once the store's result has arrived");
+  }
+  return Status::Ok();
+}
+
+Status EngineSession::Load(const json::object& request, json::object*) {
+  JobRequest job;
+  std::string peer;
+  if (Status bad = ReadJob(request, "load", &peer, &job); !bad.ok()) return bad;
+  PeerService* peers = Peers();
+  const int64_t job_id = job.job_id;
+  const std::string& kv_request_id = job.kv_request_id;
+  std::vector<protocol::Key>& keys = job.keys;
+  std::vector<SlotIndex>& slots = job.slots;
+  if (Status busy = jobs_.CheckLoadSlots(slots); !busy.ok()) return busy;
+  if (Status busy = CheckSlotsUnpinned(slots); !busy.ok()) return busy;
+  if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
+
+  // Recorded before the call: the peer side may deliver the result (e.g. a
+  // peer in backoff fails the load at once) from inside it.
+  const session::JobId node_job = registry_.AddRoute(id_, job_id);
+  jobs_.AddLoad(job_id, node_job, kv_request_id, slots);
+  const bool claimed = Claim(peer, kv_request_id);
+  Status failed =
+      peers->Load(node_job, peer, kv_request_id, std::move(keys), std::move(slots), MakeSlotSink(region_));
+  if (!failed.ok()) {
+    // No result is owed: undo everything this request did.
+    registry_.DropRoute(node_job);
+    jobs_.Remove(job_id, node_job);
+    if (claimed) Unclaim(peer, kv_request_id);
+    return failed;
+  }
+  kv_ids_.insert(kv_request_id);
+  registry_.counters().Add(Counter::kLoadsSubmitted);
+  return Status::Ok();
+}
+
+Status EngineSession::Store(const json::object& request, json::object*) {
+  JobRequest job;
+  if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) return bad;
+  PeerService* peers = Peers();
+  const int64_t job_id = job.job_id;
+  const std::string& kv_request_id = job.kv_request_id;
+  std::vector<protocol::Key>& keys = job.keys;
+  const std::vector<SlotIndex>& slots = job.slots;
+  if (std::optional<EngineId> owner = registry_.SupplyOwner(kv_request_id); owner && *owner != id_) {
+    return Status::Conflict("kv_request_id '" + kv_request_id +
+                                "' has supply from another engine of this node; a request's supply is "
+                                "its engine's");
+  }
+
+  registry_.ClaimSupply(kv_request_id, id_);
+  const session::JobId node_job = registry_.AddRoute(id_, job_id);
+  jobs_.AddStore(job_id, node_job, kv_request_id);
+  kv_ids_.insert(kv_request_id);
+  stored_kv_ids_.insert(kv_request_id);
+  std::vector<session::PinRef> pins;
+  {
+    auto guard = std::make_shared<StoreGuard>(weak_from_this(), job_id, node_job);
+    for (SlotIndex slot : slots) {
+      std::optional<uint64_t> sealed = job.seal ? registry_.index().SealOf(id_, slot) : std::nullopt;
+      pins.push_back(registry_.index().Pin(id_, slot, guard, sealed));
+    }
+  }  // from here on only the pins hold the guard
+  registry_.counters().Add(Counter::kStoresSubmitted);
+  peers->Store(node_job, kv_request_id, std::move(keys), std::move(pins));
+  return Status::Ok();
+}
+
+Status EngineSession::Finish(const json::object& request, json::object*) {
+  RequestReader reader(request);
+  std::string kv_request_id;
+  reader.IdString("kv_request_id", &kv_request_id);
+  if (!reader.ok()) return reader.status();
+  PeerService* peers = Peers();
+  if (peers == nullptr) return PeerSideMissing();
+  FinishOnPeers(*peers, kv_request_id);
+  // The request is over on every peer: another engine may use its id now.
+  for (auto it = kv_claims_.begin(); it != kv_claims_.end();) {
+    if (it->second == kv_request_id) registry_.ReleaseKv(it->first, it->second);
+    it = it->second == kv_request_id ? kv_claims_.erase(it) : std::next(it);
+  }
+  kv_ids_.erase(kv_request_id);
+  if (stored_kv_ids_.erase(kv_request_id) > 0) registry_.ReleaseSupply(kv_request_id, id_);
+  return Status::Ok();
+}
+
+void EngineSession::FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const {
+  std::vector<std::string> client_peers;
+  for (const auto& [peer, kv] : kv_claims_) {
+    if (kv == kv_request_id) client_peers.push_back(peer);
+  }
+  peers.Finish(kv_request_id, client_peers, stored_kv_ids_.contains(kv_request_id));
+}
+
+boost::asio::awaitable<Status> EngineSession::Poll(const json::object& request, json::object* response) {
+  RequestReader reader(request);
+  std::optional<uint64_t> wait_ms;
+  reader.OptionalUint("wait_ms", kMaxWaitMs, &wait_ms);
+  if (!reader.ok()) co_return reader.status();
+  if (wait_ms.value_or(0) > 0 && !jobs_.HasReport() && !waits_cut_) {
+    poll_timer_.expires_after(std::chrono::milliseconds(*wait_ms));
+    poll_waiting_ = true;
+    boost::system::error_code ec;  // operation_aborted = woken early
+    co_await poll_timer_.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    poll_waiting_ = false;
+  }
+  jobs_.TakeReport(response);
+  co_return Status::Ok();
+}
+
+void EngineSession::Wake() {
+  if (poll_waiting_) poll_timer_.cancel();
+}
+
+void EngineSession::CutWaits() {
+  waits_cut_ = true;
+  Wake();
+}
+
+void EngineSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  CutWaits();
+  // Stop routing first: whatever the peer side reports from here on,
+  // including the failures Finish causes, is dropped (nobody can poll it).
+  registry_.Unregister(id_);
+  registry_.index().RemoveEngine(id_);
+  for (session::JobId node_job : jobs_.NodeJobs()) registry_.DropRoute(node_job);
+  const size_t open_jobs = jobs_.size();
+  jobs_.Clear();
+  const std::set<std::string> requests = std::move(kv_ids_);
+  kv_ids_.clear();
+  // Ends this engine's in-flight loads and probes on the peers it used, and
+  // what it produces on every peer; other engines' use of an id is untouched.
+  if (PeerService* peers = Peers()) {
+    for (const std::string& kv_request_id : requests) FinishOnPeers(*peers, kv_request_id);
+  }
+  for (const auto& [peer, kv_request_id] : kv_claims_) registry_.ReleaseKv(peer, kv_request_id);
+  kv_claims_.clear();
+  for (const std::string& kv_request_id : stored_kv_ids_) registry_.ReleaseSupply(kv_request_id, id_);
+  stored_kv_ids_.clear();
+  // In-flight loads and pins keep the mapping until they end.
+  region_.reset();
+  spdlog::info("engine {} '{}' (pid {}) closed: {} requests finished, {} jobs dropped", id_, client_,
+               credentials_.pid, requests.size(), open_jobs);
+}
+
+}  // namespace kvpeer::daemon

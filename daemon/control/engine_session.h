@@ -1,0 +1,133 @@
+// EngineSession: one engine's state on the node and its control ops
+// (docs/control-api.md, "3. Engine session"), from `register_region` to
+// `poll`.
+//
+// A session exists from a successful `hello` until its control connection
+// closes. Every op validates the whole request first and only then acts, so
+// a rejected request changes nothing. Jobs are keyed by the engine's own
+// job ids and live until their result has been delivered by `poll`.
+//
+// Store results are held back until the peer side has reported the job AND
+// every pin of its slots has dropped, so when the engine hears of the result
+// no queued frame still reads those slots.
+//
+// Close() is the engine going away: its requests are finished on every
+// peer, its keys withdrawn, its jobs' results dropped. The region stays
+// mapped while pins or in-flight loads still hold it.
+//
+// Thread-safety: none; used from the daemon's one event loop. Owned through
+// a shared_ptr (store pins hold weak references to it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/object.hpp>
+
+#include "daemon/api/api_error.h"
+#include "daemon/node/published_blocks.h"
+#include "daemon/control/engine_jobs.h"
+#include "daemon/control/engine_registry.h"
+#include "daemon/node/shm_region.h"
+#include "base/unique_fd.h"
+
+namespace kvpeer::daemon {
+
+class EngineSession : public std::enable_shared_from_this<EngineSession> {
+ public:
+  // Created by EngineRegistry::Hello.
+  EngineSession(EngineRegistry& registry, EngineId id, std::string client, uint64_t block_len,
+                PeerCredentials credentials);
+  ~EngineSession();
+  EngineSession(const EngineSession&) = delete;
+  EngineSession& operator=(const EngineSession&) = delete;
+
+  // Engine ops. `request` is the whole request object; on success the
+  // op's fields are added to *response. `fd` is the descriptor passed with
+  // the request's line (SCM_RIGHTS), if any.
+  Status RegisterRegion(const boost::json::object& request, UniqueFd fd, boost::json::object* response);
+  Status Publish(const boost::json::object& request, boost::json::object* response);
+  Status Unpublish(const boost::json::object& request, boost::json::object* response);
+  Status Lookup(const boost::json::object& request, boost::json::object* response);
+  Status Flush(const boost::json::object& request, boost::json::object* response);
+  Status Load(const boost::json::object& request, boost::json::object* response);
+  Status Store(const boost::json::object& request, boost::json::object* response);
+  Status Finish(const boost::json::object& request, boost::json::object* response);
+  // Waits up to `wait_ms` for something to report unless something already
+  // is (or waits are cut, see CutWaits).
+  boost::asio::awaitable<Status> Poll(const boost::json::object& request, boost::json::object* response);
+
+  // From now on polls do not wait, and a waiting poll returns at once: the
+  // connection has seen end of input, so nobody may be left to wait for.
+  void CutWaits();
+  // The engine went away. Idempotent.
+  void Close();
+
+  // From the registry.
+  void OnLoadResult(int64_t engine_job, const session::JobResult& result) { jobs_.OnResult(engine_job, result); }
+  void OnStoreResult(int64_t engine_job, const session::JobResult& result) { jobs_.OnResult(engine_job, result); }
+  void OnRequestFailed(const std::string& kv_request_id) { jobs_.OnRequestFailed(kv_request_id); }
+
+  EngineId id() const { return id_; }
+  const std::string& client() const { return client_; }
+  const PeerCredentials& credentials() const { return credentials_; }
+  uint32_t num_blocks() const { return region_ ? region_->num_blocks() : 0; }
+  size_t loads_in_flight() const { return jobs_.loads_in_flight(); }
+  // Jobs whose result `poll` has not delivered yet (metrics).
+  size_t jobs_pending() const { return jobs_.size(); }
+
+ private:
+  // Finishes this engine's halves of `kv_request_id` on the peer side.
+  void FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const;
+  // A store's pins all hold one guard; its destruction means they dropped.
+  class StoreGuard;
+
+  // Region present, ids in range (out_of_range), into *slots.
+  Status CheckRegion(std::string_view op) const;
+  struct JobRequest {
+    int64_t job_id = 0;
+    std::string kv_request_id;
+    std::vector<protocol::Key> keys;
+    std::vector<protocol::SlotIndex> slots;
+    bool seal = false;  // store's `seal`: the slots' checksums are kept from now
+  };
+  // Reads and checks what load (with `peer`) and store (peer null) share.
+  Status ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
+                 JobRequest* job) const;
+  Status CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::SlotIndex>* slots) const;
+  // conflict naming the first of `slots` with live pins of this engine.
+  Status CheckSlotsUnpinned(const std::vector<protocol::SlotIndex>& slots) const;
+  // conflict when another engine of the node uses the request towards `peer`.
+  Status CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
+  // Claims (peer, kv_request_id) for this engine; true when newly claimed.
+  bool Claim(const std::string& peer, const std::string& kv_request_id);
+  void Unclaim(const std::string& peer, const std::string& kv_request_id);
+  PeerService* Peers() const { return registry_.peer_service(); }
+  void Wake();
+
+  EngineRegistry& registry_;
+  const EngineId id_;
+  const std::string client_;
+  const uint64_t block_len_;
+  const PeerCredentials credentials_;
+  std::shared_ptr<ShmRegion> region_;
+  uint64_t region_id_ = 0;
+  bool closed_ = false;
+
+  EngineJobs jobs_;
+  std::set<std::string> kv_ids_;                             // every request used; finished on Close
+  std::set<std::string> stored_kv_ids_;                      // requests this engine supplied (producer)
+  std::set<std::pair<std::string, std::string>> kv_claims_;  // (peer, kv_request_id) claimed in the registry
+
+  boost::asio::steady_timer poll_timer_;
+  bool poll_waiting_ = false;
+  bool waits_cut_ = false;
+};
+
+}  // namespace kvpeer::daemon

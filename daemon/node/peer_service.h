@@ -1,0 +1,83 @@
+// The seam between the control side of the daemon (engine sessions, the
+// control server) and the peer side (TCP connections, PeerSessions).
+//
+// PeerService is what engines' requests need from peers; ResultSink is how
+// the peer side hands results back. Job ids crossing this seam are
+// node-wide ids allocated by the control side (engines' own job ids may
+// collide across engines); the control side maps them back.
+//
+// Thread-safety: both live on the daemon's one event loop.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/api/api_error.h"
+#include "daemon/node/peer_snapshot.h"
+#include "protocol/messages.h"
+#include "session/client_role.h"
+#include "session/session_types.h"
+
+namespace kvpeer::daemon {
+
+namespace metrics {
+class Registry;
+}
+
+class ResultSink {
+ public:
+  virtual ~ResultSink() = default;
+  // A load or store job ended (exactly once per job).
+  virtual void OnLoadResult(const session::JobResult& result) = 0;
+  virtual void OnStoreResult(const session::JobResult& result) = 0;
+  // Work of `kv_request_id` towards `peer` failed as a whole (peer death,
+  // unreachable peer, unresolved probes): poll reports it in failed_requests.
+  virtual void OnRequestFailed(const std::string& peer, const std::string& kv_request_id) = 0;
+};
+
+class PeerService {
+ public:
+  virtual ~PeerService() = default;
+
+  // Symmetric probe of `keys` on `peer` (dials if needed). Answers per key;
+  // with `flush` the probe is sent at once. peer_unavailable while the peer
+  // is backing off after a failed dial; probes then answer miss.
+  virtual Status Lookup(const std::string& peer, const std::string& kv_request_id,
+                        const std::vector<protocol::Key>& keys, bool flush,
+                        std::vector<session::ProbeAnswer>* answers) = 0;
+  // Sends every registered, unsent probe. Returns lookup messages sent.
+  virtual size_t FlushLookups() = 0;
+  // Fetches `keys` from `peer` into `sink`'s slots; the result arrives
+  // through ResultSink::OnLoadResult(job_id). An error means no result is
+  // owed.
+  virtual Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+                      std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
+                      session::SlotSinkRef sink) = 0;
+  // Offers supply for a remote decoder's fetch of `kv_request_id`; the
+  // result arrives through ResultSink::OnStoreResult(job_id).
+  virtual void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
+                     std::vector<session::PinRef> blocks) = 0;
+  // An engine is done with `kv_request_id`. Its consumer half ends on
+  // `client_peers` (the peers that engine probed or loaded it from); when the
+  // engine is the request's `producer` (it stored supply for it), the
+  // producer half ends on every peer. Other engines' use of the same id is
+  // left alone.
+  virtual void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
+                      bool producer) = 0;
+
+  // Operator operations. Connect calls `done` once the peer is ready or
+  // failed (peer_unavailable), at most the handshake timeout later.
+  virtual void Connect(const std::string& peer, std::function<void(Status)> done) = 0;
+  virtual Status Disconnect(const std::string& peer) = 0;
+  // One snapshot per peer entry (`status.peers` and the per-peer metrics
+  // are rendered from them).
+  virtual std::vector<PeerSnapshot> PeerSnapshots() const = 0;
+  // Peer connections not ready yet (control-api.md `status.handshaking`).
+  virtual size_t Handshaking() const { return 0; }
+  // Adds the peer side's node-wide metric families (beyond the snapshots)
+  // to a scrape's registry; see docs/operations.md for the names.
+  virtual void CollectMetrics(metrics::Registry& registry) const { (void)registry; }
+};
+
+}  // namespace kvpeer::daemon
