@@ -6,13 +6,16 @@
 //   if (!settings.ok()) return settings.status();
 //   Use(*settings);
 //
-// No exceptions: reading the value of a failed StatusOr is a bug (asserted
-// in debug builds), as is building one from an ok Status.
+// No exceptions: reading the value of a failed StatusOr is a bug that stops
+// the process (std::abort, in every build: it must never read an empty
+// value), and building one from an ok Status is a bug that becomes an
+// kInternal failure rather than an "ok" without a value.
 //
 // Thread-safety: a plain value, like Status.
 #pragma once
 
 #include <cassert>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -24,7 +27,7 @@ template <typename T>
 class StatusOr {
  public:
   // REQUIRES: !status.ok()
-  StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT: implicit by design
+  StatusOr(Status status) : status_(Failed(std::move(status))) {}  // NOLINT: implicit by design
   StatusOr(T value) : value_(std::move(value)) {}                                   // NOLINT: implicit by design
 
   bool ok() const { return value_.has_value(); }
@@ -33,7 +36,7 @@ class StatusOr {
 
   // REQUIRES: ok()
   T& value() & { return Checked(); }
-  const T& value() const& { return const_cast<StatusOr*>(this)->Checked(); }
+  const T& value() const& { return Checked(); }
   T&& value() && { return std::move(Checked()); }
   T& operator*() & { return Checked(); }
   const T& operator*() const& { return value(); }
@@ -41,8 +44,16 @@ class StatusOr {
   const T* operator->() const { return &value(); }
 
  private:
+  static Status Failed(Status status) {
+    assert(!status.ok());
+    return status.ok() ? Status::Internal("StatusOr built from an ok Status") : status;
+  }
   T& Checked() {
-    assert(value_.has_value());
+    if (!value_.has_value()) std::abort();
+    return *value_;
+  }
+  const T& Checked() const {
+    if (!value_.has_value()) std::abort();
     return *value_;
   }
 

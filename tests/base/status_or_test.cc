@@ -33,5 +33,15 @@ TEST_CASE("a StatusOr hands over a move-only value") {
   CHECK(*taken == "kept");
 }
 
+#ifdef NDEBUG
+// Debug builds assert instead; a release build must not report "ok" with no
+// value behind it.
+TEST_CASE("a StatusOr built from an ok Status is an internal failure, not an empty ok") {
+  StatusOr<int> wrong{Status::Ok()};
+  CHECK_FALSE(wrong.ok());
+  CHECK(wrong.status().code() == Status::Code::kInternal);
+}
+#endif
+
 }  // namespace
 }  // namespace kvpeer
