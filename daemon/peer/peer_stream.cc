@@ -7,6 +7,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -100,7 +101,17 @@ asio::awaitable<size_t> PeerStream::WriteSome(const std::vector<asio::const_buff
   if (!plain_.non_blocking()) plain_.non_blocking(true, ec);  // for write_some; async operations do not care
   if (ec) co_return 0;
   const size_t n = plain_.write_some(buffers, ec);
-  if (ec != asio::error::would_block && ec != asio::error::try_again) co_return n;
+  if (ec != asio::error::would_block && ec != asio::error::try_again) {
+    // A write that did not block completed without suspending, and awaiting
+    // a coroutine that does not suspend does not return to the io_context:
+    // while the socket keeps taking bytes the writer would go from frame to
+    // frame, and the reader (a peer's lookup), the timers and the control
+    // connections would wait until it blocks or runs out of data frames
+    // (measured: 150-230 ms during a bulk fetch). Going through the
+    // io_context once per write lets them run in between.
+    if (!ec) co_await asio::post(plain_.get_executor(), asio::use_awaitable);
+    co_return n;
+  }
   ec.clear();
   co_await plain_.async_wait(asio::ip::tcp::socket::wait_write, asio::redirect_error(asio::use_awaitable, ec));
   co_return 0;

@@ -105,7 +105,10 @@ class PeerStream {
   // with EFAULT it waits for a writability edge that the kernel never sends
   // (that failure sets no "no space" mark), and the connection stalls. A
   // would-block sets the mark, so its edge comes, and on the one-threaded
-  // io_context it cannot come before the wait is queued.
+  // io_context it cannot come before the wait is queued. A plain write that
+  // did not block still passes through the io_context before returning, so
+  // a writer with data to send never keeps the reader and the timers from
+  // running.
   boost::asio::awaitable<size_t> WriteSome(const std::vector<boost::asio::const_buffer>& buffers,
                                            boost::system::error_code& ec);
 
