@@ -169,7 +169,7 @@ class FuzzPin : public session::PinnedBlock {
   std::optional<JobId> job_;  // the store job that supplied it; none for a lookup pin
 };
 
-class Index : public session::SlotIndex {
+class Index : public session::PublishedBlocks {
  public:
   explicit Index(Region& region) : region_(region) {}
   PinRef PinIfPublished(const Key& key) override {
