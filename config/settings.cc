@@ -99,8 +99,8 @@ Status ApplyNodeId(const std::vector<std::string>& raw, Settings* s) {
   }
   // Peers check a peer_id's syntax (wire-protocol.md section 2), so a name
   // they would refuse is refused here, at start, instead.
-  if (std::optional<std::string> why = protocol::PeerIdSyntaxError(raw.front())) {
-    return Status::Invalid(Quoted(raw.front()) + " is not a valid peer_id: it " + *why);
+  if (Status why = protocol::PeerIdSyntaxError(raw.front()); !why.ok()) {
+    return Status::Invalid(Quoted(raw.front()) + " is not a valid peer_id: it " + why.message());
   }
   s->node_id = raw.front();
   s->node_id_from_listen = false;
@@ -136,9 +136,7 @@ Status ApplyFingerprint(const std::vector<std::string>& raw, Settings* s) {
 
 Status ApplyHashSeed(const std::vector<std::string>& raw, Settings* s) {
   // It travels in connect, where control characters are refused (wire spec section 2).
-  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(raw.front())) {
-    return Status::Invalid(*problem);
-  }
+  if (Status problem = protocol::ControlCharacterProblem(raw.front()); !problem.ok()) return problem;
   return ApplyBoundedString(raw.front(), 1, &s->hash_seed);
 }
 
@@ -868,7 +866,7 @@ std::optional<std::string> DefaultNodeId(const HostPort& listen) {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return std::nullopt;
   // A hostname that is not a valid HOST would make an unusable peer name.
-  if (protocol::PeerIdSyntaxError(std::string(name) + ":1")) return std::nullopt;
+  if (!protocol::PeerIdSyntaxError(std::string(name) + ":1").ok()) return std::nullopt;
   return FormatHostPort({name, listen.port});
 }
 

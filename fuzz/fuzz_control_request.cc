@@ -275,12 +275,12 @@ void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields
   for (std::string_view field : spec.fields) {
     if (field == "client" || field == "hash_seed") {
       CheckString(request, field, 1, kMaxStringChars, field == "client" ? f.client : f.hash_seed);
-      if (field == "hash_seed") Check(!kvpeer::protocol::ControlCharacterProblem(f.hash_seed));
+      if (field == "hash_seed") Check(kvpeer::protocol::ControlCharacterProblem(f.hash_seed).ok());
     } else if (field == "config_fingerprint") {
       CheckString(request, field, 0, kMaxStringChars, f.config_fingerprint);
     } else if (field == "kv_request_id") {
       CheckString(request, field, 1, 4096, f.kv_request_id);
-      Check(!kvpeer::protocol::ControlCharacterProblem(f.kv_request_id));  // it goes on the wire
+      Check(kvpeer::protocol::ControlCharacterProblem(f.kv_request_id).ok());  // it goes on the wire
     } else if (field == "peer") {
       CheckPeer(request, f.peer);
     } else if (field == "block_len") {

@@ -14,9 +14,10 @@ namespace {
 
 namespace json = boost::json;
 
-// The rule a value broke, or nullopt when it passed. Parsers below only know
-// the value; the FieldReader adds the field's name.
-using Broken = std::optional<std::string>;
+// The parsers below return the rule a value broke as a failed Status
+// (kViolation: the value came from the peer), or an ok Status when it passed.
+// They only know the value; the FieldReader adds the field's name.
+Status Broke(std::string rule) { return Status::Violation(std::move(rule)); }
 
 std::string Range(uint64_t min, uint64_t max) {
   return std::to_string(min) + " ..= " + std::to_string(max);
@@ -30,113 +31,113 @@ size_t FindNonHexDigit(std::string_view text) {
   return it == text.end() ? std::string_view::npos : static_cast<size_t>(it - text.begin());
 }
 
-Broken NotA(std::string_view wanted, const json::value& value) {
-  return "must be " + std::string(wanted) + ", not " + std::string(JsonKindName(value));
+Status NotA(std::string_view wanted, const json::value& value) {
+  return Broke("must be " + std::string(wanted) + ", not " + std::string(JsonKindName(value)));
 }
 
-Broken ParseString(const json::value& value, StringRule rule, std::string* out) {
+Status ParseString(const json::value& value, StringRule rule, std::string* out) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a string", value);
   const size_t chars = CountCodePoints(*text);
   if (chars < rule.min_chars || chars > rule.max_chars) {
-    return "must be " + Range(rule.min_chars, rule.max_chars) + " characters long, has " +
-           std::to_string(chars);
+    return Broke("must be " + Range(rule.min_chars, rule.max_chars) + " characters long, has " +
+                 std::to_string(chars));
   }
   if (!rule.controls_allowed) {
-    if (std::optional<std::string> problem = ControlCharacterProblem(*text)) return problem;
+    if (Status problem = ControlCharacterProblem(*text); !problem.ok()) return Broke(problem.message());
   }
   out->assign(text->data(), text->size());
-  return std::nullopt;
+  return Status::Ok();
 }
 
-Broken ParseInteger(const json::value& value, IntegerRule rule, uint64_t* out) {
+Status ParseInteger(const json::value& value, IntegerRule rule, uint64_t* out) {
   const std::string wanted = "must be an integer in " + Range(rule.min, rule.max);
   uint64_t number = 0;
   switch (CheckInteger(value, rule, &number)) {
     case IntegerVerdict::kOk:
       *out = number;
-      return std::nullopt;
+      return Status::Ok();
     case IntegerVerdict::kNotAnInteger:
       return NotA("an integer", value);
     case IntegerVerdict::kFractional:
-      return wanted + " written without fraction or exponent";
+      return Broke(wanted + " written without fraction or exponent");
     case IntegerVerdict::kNegative:
-      return wanted + ", is " + std::to_string(value.get_int64());
+      return Broke(wanted + ", is " + std::to_string(value.get_int64()));
     case IntegerVerdict::kOutOfRange:
-      return wanted + ", is " + std::to_string(number);
+      return Broke(wanted + ", is " + std::to_string(number));
   }
   return NotA("an integer", value);
 }
 
-Broken ParseBool(const json::value& value, bool* out) {
+Status ParseBool(const json::value& value, bool* out) {
   const bool* flag = value.if_bool();
   if (flag == nullptr) return NotA("a bool (true or false)", value);
   *out = *flag;
-  return std::nullopt;
+  return Status::Ok();
 }
 
-Broken ParseToken(const json::value& value, TokenRule rule, std::string* out) {
+Status ParseToken(const json::value& value, TokenRule rule, std::string* out) {
   const std::string wanted = std::to_string(kTokenHexDigits) + " lowercase hex digits";
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a string of " + wanted, value);
   if (text->size() != kTokenHexDigits) {
-    return "must be " + wanted + ", has " + std::to_string(CountCodePoints(*text)) + " characters";
+    return Broke("must be " + wanted + ", has " + std::to_string(CountCodePoints(*text)) + " characters");
   }
   if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
-    return "must be " + wanted + "; the character at offset " + std::to_string(bad) +
-           " is not 0-9 or a-f";
+    return Broke("must be " + wanted + "; the character at offset " + std::to_string(bad) +
+                 " is not 0-9 or a-f");
   }
   if (rule == TokenRule::kNotAllZeros && text->find_first_not_of('0') == json::string::npos) {
-    return "must not be all zeros";
+    return Broke("must not be all zeros");
   }
   out->assign(text->data(), text->size());
-  return std::nullopt;
+  return Status::Ok();
 }
 
-Broken ParseKey(const json::value& value, Key* out) {
+Status ParseKey(const json::value& value, Key* out) {
   constexpr std::string_view kHexRule = "must be lowercase hex with an even number of digits";
   const KeyCheck check = CheckKey(value, out);
   switch (check.verdict) {
     case KeyVerdict::kOk:
-      return std::nullopt;
+      return Status::Ok();
     case KeyVerdict::kNotAString:
       break;
     case KeyVerdict::kBadLength:
-      return "must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) + " hex digits (1 ..= " +
-             std::to_string(kMaxKeyBytes) + " bytes), has " + std::to_string(value.get_string().size());
+      return Broke("must be 2 ..= " + std::to_string(2 * kMaxKeyBytes) + " hex digits (1 ..= " +
+                   std::to_string(kMaxKeyBytes) + " bytes), has " + std::to_string(value.get_string().size()));
     case KeyVerdict::kNotHex:
-      return std::string(kHexRule) + "; the character at offset " + std::to_string(check.bad_offset) +
-             " is not 0-9 or a-f";
+      return Broke(std::string(kHexRule) + "; the character at offset " + std::to_string(check.bad_offset) +
+                   " is not 0-9 or a-f");
     case KeyVerdict::kOddDigits:
-      return std::string(kHexRule) + ", has " + std::to_string(value.get_string().size()) + " digits";
+      return Broke(std::string(kHexRule) + ", has " + std::to_string(value.get_string().size()) + " digits");
   }
   return NotA("a string of lowercase hex digits", value);
 }
 
-Broken ParsePeerId(const json::value& value, std::string* out) {
+Status ParsePeerId(const json::value& value, std::string* out) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a string", value);
   const std::string_view view(text->data(), text->size());
-  if (std::optional<std::string> broken = PeerIdSyntaxError(view)) return broken;
+  if (Status broken = PeerIdSyntaxError(view); !broken.ok()) return Broke(broken.message());
   out->assign(view);
-  return std::nullopt;
+  return Status::Ok();
 }
 
-Broken ParseBlockIndex(const json::value& value, SlotIndex* out) {
+Status ParseBlockIndex(const json::value& value, SlotIndex* out) {
   uint64_t index = 0;
-  if (Broken broken = ParseInteger(value, IntegerRule{0, kMaxSlotIndex}, &index)) return broken;
+  if (Status broken = ParseInteger(value, IntegerRule{0, kMaxSlotIndex}, &index); !broken.ok()) return broken;
   *out = static_cast<SlotIndex>(index);
-  return std::nullopt;
+  return Status::Ok();
 }
 
-Broken ParseChecksum(const json::value& value, uint64_t* out) {
+Status ParseChecksum(const json::value& value, uint64_t* out) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a string", value);
   if (text->size() != kChecksumHexDigits || FindNonHexDigit(*text) != std::string_view::npos) {
-    return "must be " + std::to_string(kChecksumHexDigits) + " lowercase hex digits";
+    return Broke("must be " + std::to_string(kChecksumHexDigits) + " lowercase hex digits");
   }
   *out = std::stoull(std::string(text->data(), text->size()), nullptr, 16);
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -181,7 +182,7 @@ template <typename T, typename Parse>
 void FieldReader::ReadOne(std::string_view name, Parse parse, T* out) {
   const json::value* value = FindRequired(name);
   if (value == nullptr) return;
-  if (Broken broken = parse(*value, out)) Fail(name, *broken);
+  if (Status broken = parse(*value, out); !broken.ok()) Fail(name, broken.message());
 }
 
 template <typename T, typename Parse>
@@ -190,7 +191,7 @@ void FieldReader::ReadList(std::string_view name, size_t min_items, size_t max_i
   const json::value* value = FindRequired(name);
   if (value == nullptr) return;
   const json::array* items = value->if_array();
-  if (items == nullptr) return Fail(name, *NotA("an array", *value));
+  if (items == nullptr) return Fail(name, NotA("an array", *value).message());
   if (items->size() < min_items || items->size() > max_items) {
     return Fail(name, "must have " + Range(min_items, max_items) + " elements, has " +
                           std::to_string(items->size()));
@@ -199,8 +200,8 @@ void FieldReader::ReadList(std::string_view name, size_t min_items, size_t max_i
   out->reserve(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
     T item{};
-    if (Broken broken = parse((*items)[i], &item)) {
-      return Fail(std::string(name) + "[" + std::to_string(i) + "]", *broken);
+    if (Status broken = parse((*items)[i], &item); !broken.ok()) {
+      return Fail(std::string(name) + "[" + std::to_string(i) + "]", broken.message());
     }
     out->push_back(std::move(item));
   }
@@ -253,7 +254,7 @@ void FieldReader::ReadOptionalString(std::string_view name, StringRule rule,
   const json::value* value = header_.if_contains(name);
   if (value == nullptr) return;
   std::string text;
-  if (Broken broken = ParseString(*value, rule, &text)) return Fail(name, *broken);
+  if (Status broken = ParseString(*value, rule, &text); !broken.ok()) return Fail(name, broken.message());
   *out = std::move(text);
 }
 
@@ -266,7 +267,7 @@ void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_i
     *out = BlockChecksums{BlockChecksums::State::kMalformed, {}, std::move(field) + ": " + rule};
   };
   const json::array* items = value->if_array();
-  if (items == nullptr) return malformed(std::string(name), *NotA("an array", *value));
+  if (items == nullptr) return malformed(std::string(name), NotA("an array", *value).message());
   if (items->size() != expected_items) {
     return malformed(std::string(name), "must have one element per block (" +
                                             std::to_string(expected_items) + "), has " +
@@ -274,8 +275,8 @@ void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_i
   }
   std::vector<uint64_t> values(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
-    if (Broken broken = ParseChecksum((*items)[i], &values[i])) {
-      return malformed(std::string(name) + "[" + std::to_string(i) + "]", *broken);
+    if (Status broken = ParseChecksum((*items)[i], &values[i]); !broken.ok()) {
+      return malformed(std::string(name) + "[" + std::to_string(i) + "]", broken.message());
     }
   }
   *out = BlockChecksums::Of(std::move(values));
@@ -323,7 +324,7 @@ KeyCheck CheckKey(const json::value& value, Key* out) {
   return {KeyVerdict::kOk};
 }
 
-std::optional<std::string> ControlCharacterProblem(std::string_view text) {
+Status ControlCharacterProblem(std::string_view text) {
   // Control characters are single bytes in UTF-8 (and never part of a
   // multi-byte sequence), so bytes can be scanned; the position reported is
   // the character's, as people count them.
@@ -334,10 +335,10 @@ std::optional<std::string> ControlCharacterProblem(std::string_view text) {
     if (byte > 0x1F && byte != 0x7F) continue;
     char code[8];
     std::snprintf(code, sizeof(code), "U+%04X", byte);
-    return "must not contain control characters (U+0000 ..= U+001F, U+007F); character " +
-           std::to_string(position) + " is " + code;
+    return Status::Invalid("must not contain control characters (U+0000 ..= U+001F, U+007F); character " +
+                           std::to_string(position) + " is " + code);
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace kvpeer::protocol

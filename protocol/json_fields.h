@@ -57,11 +57,14 @@ inline constexpr IntegerRule kBlockLenRule{1, kMaxBlockLen};
 // an all-zero epoch but allows any nonce.
 enum class TokenRule { kAnyValue, kNotAllZeros };
 
-// What is wrong with `text` under the identifier rule's "no control
-// characters" (wire spec section 2), e.g. "must not contain control
-// characters (U+0000 ..= U+001F, U+007F); character 3 is U+000A", or nullopt.
-// Shared with the control API, whose kv_request_id and hash_seed go on the wire.
-std::optional<std::string> ControlCharacterProblem(std::string_view text);
+// Whether `text` keeps the identifier rule's "no control characters" (wire
+// spec section 2): ok, or kInvalid with what is wrong, phrased to follow the
+// field name, e.g. "must not contain control characters (U+0000 ..= U+001F,
+// U+007F); character 3 is U+000A". The code is kInvalid because the check
+// does not know where the text came from; the wire reader reports it as a
+// kViolation. Shared with the control API, whose kv_request_id and hash_seed
+// go on the wire.
+Status ControlCharacterProblem(std::string_view text);
 
 // "a string", "an integer", ... for messages that say what was found.
 std::string_view JsonKindName(const boost::json::value& value);

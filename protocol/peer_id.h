@@ -10,14 +10,16 @@
 // Thread-safety: free functions without shared state.
 #pragma once
 
-#include <optional>
-#include <string>
 #include <string_view>
+
+#include "base/status.h"
 
 namespace kvpeer::protocol {
 
-// nullopt when `text` is a well-formed peer_id; otherwise the rule it broke,
-// phrased to follow the field name ("must be HOST:PORT; ...").
-std::optional<std::string> PeerIdSyntaxError(std::string_view text);
+// Ok when `text` is a well-formed peer_id; otherwise kInvalid with the rule
+// it broke, phrased to follow the field name ("must be HOST:PORT; ..."). The
+// check does not know where the text came from; the wire reader reports it
+// as a kViolation.
+Status PeerIdSyntaxError(std::string_view text);
 
 }  // namespace kvpeer::protocol

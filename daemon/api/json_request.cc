@@ -148,7 +148,7 @@ void RequestReader::IdString(std::string_view name, std::string* out) {
   std::string text;
   String(name, 1, protocol::kMaxStringChars, &text);
   if (text.empty()) return;  // absent or of the wrong kind: already failed
-  if (std::optional<std::string> problem = protocol::ControlCharacterProblem(text)) return Fail(name, *problem);
+  if (Status problem = protocol::ControlCharacterProblem(text); !problem.ok()) return Fail(name, problem.message());
   *out = std::move(text);
 }
 

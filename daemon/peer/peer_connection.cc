@@ -70,9 +70,9 @@ PeerConnection::~PeerConnection() = default;
 
 // Wire spec section 5, "With TLS": the certificate must name the host of
 // the peer_id the peer claims, whichever side dialled.
-std::optional<std::string> PeerConnection::CheckIdentity(const std::string& peer_id) const {
+Status PeerConnection::CheckIdentity(const std::string& peer_id) const {
   const std::optional<HostPort> claimed = ParseHostPort(peer_id);
-  if (!claimed) return "peer_id " + peer_id + " has no host";
+  if (!claimed) return Status::Violation("peer_id " + peer_id + " has no host");
   return stream_.IdentityMismatch(claimed->host);
 }
 

@@ -173,7 +173,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   };
 
   // The session's identity check under TLS (session::IdentityCheck).
-  std::optional<std::string> CheckIdentity(const std::string& peer_id) const;
+  Status CheckIdentity(const std::string& peer_id) const;
   boost::asio::awaitable<void> ReadLoop();
   // Under TLS, `n` payload bytes arrived in staging_; a whole piece is
   // placed into its slot through the region's descriptor, and when that

@@ -75,18 +75,19 @@ void PeerStream::VerifyPeerName(const std::string& host) {
   if (ec) SSL_set_tlsext_host_name(tls_->native_handle(), host.c_str());
 }
 
-std::optional<std::string> PeerStream::IdentityMismatch(const std::string& host) const {
-  if (!tls_) return "no TLS certificate";
+Status PeerStream::IdentityMismatch(const std::string& host) const {
+  if (!tls_) return Status::Violation("no TLS certificate");
   // Not owned: valid while the connection lives.
   X509* certificate = SSL_get0_peer_certificate(tls_->native_handle());
-  if (certificate == nullptr) return "no peer certificate";
+  if (certificate == nullptr) return Status::Violation("no peer certificate");
   boost::system::error_code not_ip;
   asio::ip::make_address(host, not_ip);
   const int matched = not_ip ? X509_check_host(certificate, host.data(), host.size(),
                                                X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, nullptr)
                              : X509_check_ip_asc(certificate, host.c_str(), 0);
-  if (matched == 1) return std::nullopt;
-  return std::string("the peer's certificate does not name ") + (not_ip ? "host " : "address ") + host;
+  if (matched == 1) return Status::Ok();
+  return Status::Violation(std::string("the peer's certificate does not name ") + (not_ip ? "host " : "address ") +
+                           host);
 }
 
 asio::awaitable<void> PeerStream::Handshake(ssl::stream_base::handshake_type role, boost::system::error_code& ec) {

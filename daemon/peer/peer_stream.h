@@ -83,11 +83,11 @@ class PeerStream {
   // Dialling side: the peer's certificate must name `host`. Call before
   // Handshake; no-op for plain TCP.
   void VerifyPeerName(const std::string& host);
-  // After the TLS handshake: nullopt when the peer's certificate names
-  // `host` (an IP literal against its IP addresses, a DNS name against its
-  // DNS names, no partial wildcards), else what it does not name. Plain
-  // TCP proves nothing and is never asked.
-  std::optional<std::string> IdentityMismatch(const std::string& host) const;
+  // After the TLS handshake: ok when the peer's certificate names `host`
+  // (an IP literal against its IP addresses, a DNS name against its DNS
+  // names, no partial wildcards), else a kViolation saying what it does not
+  // name. Plain TCP proves nothing and is never asked.
+  Status IdentityMismatch(const std::string& host) const;
   // The TLS handshake in `role`; completes at once for plain TCP.
   boost::asio::awaitable<void> Handshake(boost::asio::ssl::stream_base::handshake_type role,
                                          boost::system::error_code& ec);

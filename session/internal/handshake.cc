@@ -63,8 +63,8 @@ Status Handshake::OnConnect(const protocol::Connect& peer, std::optional<protoco
   if (peer_connect_) return Failed(CloseCause::kBadMessage, Status::Violation("connect after handshake"));
   if (!own_connect_) return Failed(CloseCause::kLocalError, Status::Internal("connect before ours was sent"));
   if (settings_.identity_check) {
-    if (std::optional<std::string> mismatch = settings_.identity_check(peer.peer_id)) {
-      failure_detail_ = std::move(*mismatch);
+    if (Status mismatch = settings_.identity_check(peer.peer_id); !mismatch.ok()) {
+      failure_detail_ = mismatch.message();
       return Failed(CloseCause::kAuthentication, AuthenticationFailed());
     }
   }

@@ -31,9 +31,10 @@
 namespace kvpeer::session {
 
 // Checks the transport's proof of identity (a TLS certificate) against the
-// peer_id a peer's connect claims: nullopt when it matches, else what did
-// not match, for the log (wire-protocol.md section 5, "With TLS").
-using IdentityCheck = std::function<std::optional<std::string>(const std::string& peer_id)>;
+// peer_id a peer's connect claims: ok when it matches, else a kViolation
+// saying what did not match, for the log (wire-protocol.md section 5,
+// "With TLS").
+using IdentityCheck = std::function<Status(const std::string& peer_id)>;
 
 struct HandshakeSettings {
   std::string local_id;

@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include "protocol/codec.h"
+#include "protocol/json_fields.h"
 #include "protocol/limits.h"
 #include "protocol/messages.h"
+#include "protocol/peer_id.h"
 #include "tests/protocol/codec_test_util.h"
 
 namespace kvpeer::protocol {
@@ -141,6 +143,22 @@ TEST_CASE("peer_id rejects every other shape, naming the field", "[codec][fields
     REQUIRE_FIELD_VIOLATION(DecodeLike(message, HeaderWith(message, "peer_id", 5710)),
                             FieldName(message, "peer_id"));
   }
+}
+
+TEST_CASE("the text checks return an ok Status, or kInvalid with the rule after the field name",
+          "[codec][fields][peer_id]") {
+  CHECK(PeerIdSyntaxError("node-a:5710").ok());
+  CHECK(PeerIdSyntaxError("[::1]:5710").ok());
+  const Status no_colon = PeerIdSyntaxError("node-a");
+  CHECK(no_colon.code() == Status::Code::kInvalid);
+  CHECK(no_colon.message() == "must be HOST:PORT; there is no ':'");
+  CHECK(PeerIdSyntaxError("node-a:0").message() ==
+        "must be HOST:PORT; PORT must be decimal 1 ..= 65535 without leading zeros");
+  CHECK(ControlCharacterProblem("plain text").ok());
+  const Status newline = ControlCharacterProblem("ab\ncd");
+  CHECK(newline.code() == Status::Code::kInvalid);
+  CHECK(newline.message() ==
+        "must not contain control characters (U+0000 ..= U+001F, U+007F); character 3 is U+000A");
 }
 
 // ------------------------------------------------------------ connect.features (1.1 sections 3, 7)

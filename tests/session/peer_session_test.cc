@@ -454,10 +454,10 @@ TEST_CASE("a transport identity that does not vouch for the claimed peer_id fail
   const bool with_psk = GENERATE(false, true);
   LoneSession t(we_dial ? "node-b:7000" : "");
   std::vector<std::string> asked;
-  t.node.config.identity_check = [&](const std::string& peer_id) -> std::optional<std::string> {
+  t.node.config.identity_check = [&](const std::string& peer_id) -> Status {
     asked.push_back(peer_id);
-    if (peer_id == "node-b:7000") return std::nullopt;
-    return "the peer's certificate does not name host " + peer_id.substr(0, peer_id.find(':'));
+    if (peer_id == "node-b:7000") return Status::Ok();
+    return Status::Violation("the peer's certificate does not name host " + peer_id.substr(0, peer_id.find(':')));
   };
   if (with_psk) t.node.config.psk = kPsk;
   t.Make(we_dial ? "node-b:7000" : "");
