@@ -14,57 +14,57 @@ namespace {
 
 namespace json = boost::json;
 
-// The rule a value broke, or nullopt when it passed; the reader adds the
-// field's name.
-using Broken = std::optional<std::string>;
+// Each parser returns ok, or kInvalid with the rule the value broke; the
+// reader adds the field's name.
+Status Broken(std::string rule) { return Status::Invalid(std::move(rule)); }
 
-Broken NotA(std::string_view wanted, const json::value& value) {
-  return "must be " + std::string(wanted) + ", not " + std::string(JsonKind(value));
+Status NotA(std::string_view wanted, const json::value& value) {
+  return Broken("must be " + std::string(wanted) + ", not " + std::string(JsonKind(value)));
 }
 
-Broken ParseUint(const json::value& value, uint64_t max, uint64_t* out) {
+Status ParseUint(const json::value& value, uint64_t max, uint64_t* out) {
   const std::string wanted = "an integer in 0 ..= " + std::to_string(max);
   switch (protocol::CheckInteger(value, protocol::IntegerRule{0, max}, out)) {
     case protocol::IntegerVerdict::kOk:
-      return std::nullopt;
+      return Status::Ok();
     case protocol::IntegerVerdict::kNotAnInteger:
     case protocol::IntegerVerdict::kFractional:
       break;
     case protocol::IntegerVerdict::kNegative:
-      return "must be " + wanted + ", is " + std::to_string(value.get_int64());
+      return Broken("must be " + wanted + ", is " + std::to_string(value.get_int64()));
     case protocol::IntegerVerdict::kOutOfRange:
-      return "must be " + wanted + ", is " + std::to_string(*out);
+      return Broken("must be " + wanted + ", is " + std::to_string(*out));
   }
   return NotA(wanted, value);
 }
 
-Broken ParseKey(const json::value& value, protocol::Key* out) {
+Status ParseKey(const json::value& value, protocol::Key* out) {
   switch (protocol::CheckKey(value, out).verdict) {
     case protocol::KeyVerdict::kOk:
-      return std::nullopt;
+      return Status::Ok();
     case protocol::KeyVerdict::kNotAString:
       break;
     case protocol::KeyVerdict::kBadLength:
-      return "must have 2 ..= " + std::to_string(2 * protocol::kMaxKeyBytes) + " hex digits, has " +
-             std::to_string(value.get_string().size());
+      return Broken("must have 2 ..= " + std::to_string(2 * protocol::kMaxKeyBytes) + " hex digits, has " +
+                    std::to_string(value.get_string().size()));
     case protocol::KeyVerdict::kNotHex:
     case protocol::KeyVerdict::kOddDigits:
-      return "must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
-             Utf8Prefix(value.get_string(), 64) + "'";
+      return Broken("must be lowercase hex (0-9, a-f) with an even number of digits, is '" +
+                    Utf8Prefix(value.get_string(), 64) + "'");
   }
   return NotA("a string of lowercase hex digits", value);
 }
 
-Broken ParsePeer(const json::value& value, std::string* out) {
+Status ParsePeer(const json::value& value, std::string* out) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a \"host:port\" string", value);
   const std::string_view peer(*text);
   const std::optional<HostPort> address = SplitHostPort(peer);
   if (!address || address->port == 0 || peer.size() > protocol::kMaxStringChars) {
-    return "must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'";
+    return Broken("must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'");
   }
   out->assign(peer);
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // Why a list was refused: the list as a whole (its kind or length), or the
@@ -78,7 +78,9 @@ template <typename T, typename Parse>
 std::optional<ListProblem> ParseList(const json::value& value, size_t min_items, std::string_view item_kind,
                                      Parse parse, std::vector<T>* out) {
   const json::array* items = value.if_array();
-  if (items == nullptr) return ListProblem{std::nullopt, *NotA("an array of " + std::string(item_kind), value)};
+  if (items == nullptr) {
+    return ListProblem{std::nullopt, NotA("an array of " + std::string(item_kind), value).message()};
+  }
   if (items->size() < min_items || items->size() > protocol::kMaxListItems) {
     return ListProblem{std::nullopt, "must have " + std::to_string(min_items) + " ..= " +
                                          std::to_string(protocol::kMaxListItems) + " items, has " +
@@ -86,7 +88,7 @@ std::optional<ListProblem> ParseList(const json::value& value, size_t min_items,
   }
   std::vector<T> parsed(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
-    if (Broken broken = parse((*items)[i], &parsed[i])) return ListProblem{i, std::move(*broken)};
+    if (Status broken = parse((*items)[i], &parsed[i]); !broken.ok()) return ListProblem{i, broken.message()};
   }
   *out = std::move(parsed);
   return std::nullopt;
@@ -135,7 +137,7 @@ void RequestReader::String(std::string_view name, size_t min_chars, size_t max_c
   const json::value* value = Required(name);
   if (value == nullptr) return;
   const json::string* text = value->if_string();
-  if (text == nullptr) return Fail(name, *NotA("a string", *value));
+  if (text == nullptr) return Fail(name, NotA("a string", *value).message());
   const size_t chars = protocol::CountCodePoints(*text);
   if (chars < min_chars || chars > max_chars) {
     return Fail(name, "must be " + std::to_string(min_chars) + " ..= " + std::to_string(max_chars) +
@@ -155,14 +157,14 @@ void RequestReader::IdString(std::string_view name, std::string* out) {
 void RequestReader::Peer(std::string_view name, std::string* out) {
   const json::value* value = Required(name);
   if (value == nullptr) return;
-  if (Broken broken = ParsePeer(*value, out)) Fail(name, *broken);
+  if (Status broken = ParsePeer(*value, out); !broken.ok()) Fail(name, broken.message());
 }
 
 void RequestReader::Uint(std::string_view name, uint64_t max, uint64_t* out) {
   const json::value* value = Required(name);
   if (value == nullptr) return;
   uint64_t parsed = 0;
-  if (Broken broken = ParseUint(*value, max, &parsed)) return Fail(name, *broken);
+  if (Status broken = ParseUint(*value, max, &parsed); !broken.ok()) return Fail(name, broken.message());
   *out = parsed;
 }
 
@@ -175,14 +177,14 @@ void RequestReader::Int(std::string_view name, int64_t* out) {
              u != nullptr && *u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     *out = static_cast<int64_t>(*u);
   } else {
-    Fail(name, value->is_uint64() ? "must be an integer that fits int64" : *NotA("an integer", *value));
+    Fail(name, value->is_uint64() ? "must be an integer that fits int64" : NotA("an integer", *value).message());
   }
 }
 
 void RequestReader::Bool(std::string_view name, bool* out) {
   const json::value* value = Required(name);
   if (value == nullptr) return;
-  if (!value->is_bool()) return Fail(name, *NotA("true or false", *value));
+  if (!value->is_bool()) return Fail(name, NotA("true or false", *value).message());
   *out = value->get_bool();
 }
 
