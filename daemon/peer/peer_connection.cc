@@ -408,7 +408,7 @@ void PeerConnection::CountReceived(const protocol::Message& message) {
     // skipped here was never answered.
     for (auto it = lookups_awaiting_.begin(); it != lookups_awaiting_.end(); ++it) {
       if (it->first != resp->round_seq) continue;
-      listener_.OnLookupAnswered(std::chrono::steady_clock::now() - it->second);
+      listener_.OnLookupAnswered(*this, std::chrono::steady_clock::now() - it->second);
       lookups_awaiting_.erase(lookups_awaiting_.begin(), std::next(it));
       break;
     }

@@ -437,6 +437,7 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   for (auto& done : std::exchange(entry.connect_waiters, {})) {
     done(Status::Unavailable("peer " + it->first + ": " + *entry.last_error));
   }
+  results_.OnProbesChanged(it->first, true);
 }
 
 // ---------------------------------------------------------------------------
@@ -660,7 +661,10 @@ void PeerManager::ReapIdlePeers() {
   ScheduleReap();
 }
 
-void PeerManager::OnLookupAnswered(session::Duration round_trip) { metrics_.RecordLookupRoundTrip(round_trip); }
+void PeerManager::OnLookupAnswered(PeerConnection& connection, session::Duration round_trip) {
+  metrics_.RecordLookupRoundTrip(round_trip);
+  results_.OnProbesChanged(connection.session().peer_id(), false);
+}
 
 std::vector<PeerSnapshot> PeerManager::PeerSnapshots() const {
   std::vector<PeerSnapshot> snapshots;
