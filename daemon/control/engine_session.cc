@@ -235,6 +235,7 @@ Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<sess
   // Claimed before the call: the peer side may report the request failed
   // from inside it.
   const bool claimed = Claim(args.peer, args.kv_request_id);
+  answers->clear();  // a re-probe replaces the answers of the last pass
   if (Status failed = peers->Lookup(args.peer, args.kv_request_id, args.keys, flush, answers); !failed.ok()) {
     if (claimed) Unclaim(args.peer, args.kv_request_id);
     return failed;
