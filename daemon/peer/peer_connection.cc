@@ -384,6 +384,8 @@ void PeerConnection::OnFrameReady() {
     session_->OnBlockDataComplete(*block_data);
   } else if (Status status = session_->OnMessage(message); !status.ok()) {
     NoteViolation(&message);
+  } else if (std::holds_alternative<protocol::LookupResp>(message)) {
+    listener_.OnLookupResp(*this);
   }
   if (const uint64_t now_refused = session_->RoundsRefused(); now_refused != refused) {
     const bool lookup = std::holds_alternative<protocol::Lookup>(message);
@@ -408,7 +410,7 @@ void PeerConnection::CountReceived(const protocol::Message& message) {
     // skipped here was never answered.
     for (auto it = lookups_awaiting_.begin(); it != lookups_awaiting_.end(); ++it) {
       if (it->first != resp->round_seq) continue;
-      listener_.OnLookupAnswered(*this, std::chrono::steady_clock::now() - it->second);
+      listener_.OnLookupAnswered(std::chrono::steady_clock::now() - it->second);
       lookups_awaiting_.erase(lookups_awaiting_.begin(), std::next(it));
       break;
     }

@@ -661,8 +661,9 @@ void PeerManager::ReapIdlePeers() {
   ScheduleReap();
 }
 
-void PeerManager::OnLookupAnswered(PeerConnection& connection, session::Duration round_trip) {
-  metrics_.RecordLookupRoundTrip(round_trip);
+void PeerManager::OnLookupAnswered(session::Duration round_trip) { metrics_.RecordLookupRoundTrip(round_trip); }
+
+void PeerManager::OnLookupResp(PeerConnection& connection) {
   results_.OnProbesChanged(connection.session().peer_id(), false);
 }
 

@@ -6,6 +6,9 @@ one call resolves a probe.
     returns after about wait_ms with every key `retry`;
   * the peer dies during the wait (a paused kvpeerd killed, a WirePeer
     reset): the call returns promptly, long before wait_ms;
+  * a peer answering one key per lookup_resp: each answer wakes the wait;
+  * the daemon shuts down during the wait: the call returns promptly and
+    the daemon exits;
   * bad wait_ms values answer bad_request naming wait_ms;
   * a request pipelined behind a waiting lookup on the same connection is
     answered after it, in order.
@@ -120,6 +123,43 @@ class LookupWaitTest(DaemonTestCase):
         self.assertNotIn("error", box)
         self.assertLess(box["seconds"], 8.0)
         self.assertNotIn("hit", box["value"])
+
+    def test_split_answers_each_wake_the_wait(self):
+        v = self.start_daemon("v", BLOCK_LEN)
+        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
+        keys = make_keys(self.id(), 2)
+        address, peer = self.silent_peer(e, "split", keys)
+        t, box = self.in_thread(lambda: e.client.lookup(address, "split", keys, wait_ms=20000))
+        f = peer.recv_until({"lookup"}, timeout=5.0)
+        for n, key in enumerate(f.header["keys"]):
+            peer.send({"type": "lookup_resp", "kv_request_id": "split", "keys": [key], "hits": [n == 0],
+                       "round_seq": f.header["round_seq"]})
+            time.sleep(0.2)
+            if n == 0:
+                self.assertTrue(t.is_alive(), "the lookup returned with a key still unknown")
+        t.join(10.0)
+        self.assertFalse(t.is_alive(), "the second lookup_resp did not wake the wait")
+        self.assertNotIn("error", box)
+        self.assertEqual(box["value"], ["hit", "miss"])
+        self.assertLess(box["seconds"], 5.0)
+
+    def test_shutdown_during_wait_returns_promptly(self):
+        v = self.start_daemon("v", BLOCK_LEN)
+        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
+        keys = make_keys(self.id(), 2)
+        address, peer = self.silent_peer(e, "term", keys)
+        t, box = self.in_thread(lambda: e.client.lookup(address, "term", keys, wait_ms=30000))
+        peer.recv_until({"lookup"}, timeout=5.0)
+        start = time.monotonic()
+        v.send_term()
+        t.join(10.0)
+        self.assertFalse(t.is_alive(), "the lookup still waits while the daemon shuts down")
+        if "error" in box:
+            self.assertEqual(getattr(box["error"], "code", None), "shutting_down", repr(box["error"]))
+        else:
+            self.assertNotIn("hit", box["value"])
+        self.assertEqual(v.wait_exit(), 0)
+        self.assertLess(time.monotonic() - start, 8.0)
 
     def test_bad_wait_ms_is_bad_request_naming_it(self):
         v = self.start_daemon("v", BLOCK_LEN)
