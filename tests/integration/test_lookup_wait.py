@@ -39,6 +39,26 @@ class LookupWaitTest(DaemonTestCase):
         peer.handshake()
         return listener.address, peer
 
+    def consumer_and_silent_peer(self, kv, count):
+        """A consumer node and engine, `count` keys and a silent peer."""
+        v = self.start_daemon("v", BLOCK_LEN)
+        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
+        keys = make_keys(self.id(), count)
+        address, peer = self.silent_peer(e, kv, keys)
+        return v, e, keys, address, peer
+
+    def waiting_lookup(self, e, address, peer, kv, keys, wait_ms):
+        """A lookup with wait_ms in a thread, once its probe reached `peer`:
+        (thread, box, the lookup frame)."""
+        t, box = self.in_thread(lambda: e.client.lookup(address, kv, keys, wait_ms=wait_ms))
+        return t, box, peer.recv_until({"lookup"}, timeout=5.0)
+
+    def returned(self, t, box, what):
+        """The thread's lookup has returned (within 10 s); its box."""
+        t.join(10.0)
+        self.assertFalse(t.is_alive(), f"the lookup still waits {what}")
+        return box
+
     def in_thread(self, fn):
         """Runs fn in a thread; returns (thread, box) with box['value'],
         box['error'] and box['seconds'] once it has run."""
@@ -76,10 +96,7 @@ class LookupWaitTest(DaemonTestCase):
         self.assertTrue(result["success"], result)
 
     def test_silent_peer_returns_retry_after_wait_ms(self):
-        v = self.start_daemon("v", BLOCK_LEN)
-        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
-        keys = make_keys(self.id(), 4)
-        address, peer = self.silent_peer(e, "silent", keys)
+        _v, e, keys, address, peer = self.consumer_and_silent_peer("silent", 4)
         start = time.monotonic()
         answers = e.client.lookup(address, "silent", keys, wait_ms=600)
         seconds = time.monotonic() - start
@@ -91,15 +108,10 @@ class LookupWaitTest(DaemonTestCase):
         self.assertEqual(frame.header["kv_request_id"], "silent")
 
     def test_peer_reset_during_wait_returns_promptly(self):
-        v = self.start_daemon("v", BLOCK_LEN)
-        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
-        keys = make_keys(self.id(), 4)
-        address, peer = self.silent_peer(e, "reset", keys)
-        t, box = self.in_thread(lambda: e.client.lookup(address, "reset", keys, wait_ms=20000))
-        peer.recv_until({"lookup"}, timeout=5.0)
+        _v, e, keys, address, peer = self.consumer_and_silent_peer("reset", 4)
+        t, box, _ = self.waiting_lookup(e, address, peer, "reset", keys, 20000)
         peer.close(rst=True)
-        t.join(10.0)
-        self.assertFalse(t.is_alive(), "the lookup still waits after the peer went")
+        self.returned(t, box, "after the peer went")
         self.assertNotIn("error", box)
         self.assertLess(box["seconds"], 5.0)
         self.assertNotIn("hit", box["value"])
@@ -118,42 +130,31 @@ class LookupWaitTest(DaemonTestCase):
         time.sleep(0.5)
         self.assertTrue(t.is_alive(), "the lookup did not wait for the paused peer")
         a.kill()
-        t.join(10.0)
-        self.assertFalse(t.is_alive(), "the lookup still waits after the peer died")
+        self.returned(t, box, "after the peer died")
         self.assertNotIn("error", box)
         self.assertLess(box["seconds"], 8.0)
         self.assertNotIn("hit", box["value"])
 
     def test_split_answers_each_wake_the_wait(self):
-        v = self.start_daemon("v", BLOCK_LEN)
-        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
-        keys = make_keys(self.id(), 2)
-        address, peer = self.silent_peer(e, "split", keys)
-        t, box = self.in_thread(lambda: e.client.lookup(address, "split", keys, wait_ms=20000))
-        f = peer.recv_until({"lookup"}, timeout=5.0)
+        _v, e, keys, address, peer = self.consumer_and_silent_peer("split", 2)
+        t, box, f = self.waiting_lookup(e, address, peer, "split", keys, 20000)
         for n, key in enumerate(f.header["keys"]):
             peer.send({"type": "lookup_resp", "kv_request_id": "split", "keys": [key], "hits": [n == 0],
                        "round_seq": f.header["round_seq"]})
             time.sleep(0.2)
             if n == 0:
                 self.assertTrue(t.is_alive(), "the lookup returned with a key still unknown")
-        t.join(10.0)
-        self.assertFalse(t.is_alive(), "the second lookup_resp did not wake the wait")
+        self.returned(t, box, "after the second lookup_resp")
         self.assertNotIn("error", box)
         self.assertEqual(box["value"], ["hit", "miss"])
         self.assertLess(box["seconds"], 5.0)
 
     def test_shutdown_during_wait_returns_promptly(self):
-        v = self.start_daemon("v", BLOCK_LEN)
-        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
-        keys = make_keys(self.id(), 2)
-        address, peer = self.silent_peer(e, "term", keys)
-        t, box = self.in_thread(lambda: e.client.lookup(address, "term", keys, wait_ms=30000))
-        peer.recv_until({"lookup"}, timeout=5.0)
+        v, e, keys, address, peer = self.consumer_and_silent_peer("term", 2)
+        t, box, _ = self.waiting_lookup(e, address, peer, "term", keys, 30000)
         start = time.monotonic()
         v.send_term()
-        t.join(10.0)
-        self.assertFalse(t.is_alive(), "the lookup still waits while the daemon shuts down")
+        self.returned(t, box, "while the daemon shuts down")
         if "error" in box:
             self.assertEqual(getattr(box["error"], "code", None), "shutting_down", repr(box["error"]))
         else:
@@ -172,10 +173,7 @@ class LookupWaitTest(DaemonTestCase):
                 self.assertIn("wait_ms", err.message)
 
     def test_pipelined_request_answered_after_the_wait(self):
-        v = self.start_daemon("v", BLOCK_LEN)
-        e = self.engine(v, 4, BLOCK_LEN, name="consumer")
-        keys = make_keys(self.id(), 2)
-        address, _peer = self.silent_peer(e, "order", keys)
+        _v, e, keys, address, _peer = self.consumer_and_silent_peer("order", 2)
         c = e.client
         lookup = {"id": 9001, "op": "lookup", "peer": address, "kv_request_id": "order",
                   "keys": [k.hex() for k in keys], "wait_ms": 500}
