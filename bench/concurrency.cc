@@ -113,8 +113,8 @@ InFlightResult MeasureWithInFlight(Cluster& cluster, ConsumerEngine& probe,
     const std::string& peer = producers[static_cast<size_t>(p)]->listen();
     const std::string kv = tag + "-probe-" + std::to_string(i);
     const std::vector<std::string> keys = {BlockKey(space, index)};
-    const std::string first = request::Lookup(peer, kv, keys, true);
-    const std::string again = request::Lookup(peer, kv, keys, false);
+    const std::string first = request::Lookup(peer, kv, keys, false, request::kLookupWaitMs);
+    const std::string& again = first;  // one call resolves it; asked again only if the wait ran out
     const std::string load = request::Load(i, peer, kv, keys, {slot});
     const std::string poll = request::Poll(1000);
     region.Scribble(slot);

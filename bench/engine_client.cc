@@ -170,10 +170,12 @@ std::string Publish(const std::vector<std::string>& keys, const std::vector<uint
   return out;
 }
 
-std::string Lookup(std::string_view peer, std::string_view kv, const std::vector<std::string>& keys, bool flush) {
+std::string Lookup(std::string_view peer, std::string_view kv, const std::vector<std::string>& keys, bool flush,
+                   int64_t wait_ms) {
   std::string out = "{\"op\":\"lookup\",\"peer\":" + Quoted(peer) + ",\"kv_request_id\":" + Quoted(kv) + ",\"keys\":";
   AppendStrings(&out, keys);
   if (flush) out += ",\"flush\":true";
+  if (wait_ms > 0) out += ",\"wait_ms\":" + std::to_string(wait_ms);
   out += "}";
   return out;
 }

@@ -67,7 +67,12 @@ namespace request {
 std::string Hello(std::string_view client, uint64_t block_len, std::string_view fingerprint, std::string_view seed);
 std::string RegisterFd(uint64_t num_blocks);
 std::string Publish(const std::vector<std::string>& keys, const std::vector<uint32_t>& block_ids, bool seal = false);
-std::string Lookup(std::string_view peer, std::string_view kv, const std::vector<std::string>& keys, bool flush);
+// `wait_ms` > 0: one call resolves the probe (control-api.md, "`lookup` and `flush`").
+std::string Lookup(std::string_view peer, std::string_view kv, const std::vector<std::string>& keys, bool flush,
+                   int64_t wait_ms = 0);
+// The wait_ms the bench's one-call lookups ask for: far above any answer's
+// time, so a `retry` left after it means the peer did not answer.
+constexpr int64_t kLookupWaitMs = 10000;
 std::string Flush();
 std::string Load(int64_t job_id, std::string_view peer, std::string_view kv, const std::vector<std::string>& keys,
                  const std::vector<uint32_t>& block_ids);

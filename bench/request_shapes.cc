@@ -59,13 +59,14 @@ std::vector<uint64_t> CheckedSlots(uint64_t keys, bool all) {
   return slots;
 }
 
-// Lookup until no key is `retry`; the number of lookup calls made.
+// Lookup with wait_ms (one call resolves it) until no key is `retry`; the
+// number of lookup calls made.
 int LookupAll(EngineClient& client, const std::string& peer, const std::string& kv,
               const std::vector<std::string>& keys, int64_t pace_us) {
-  client.Send(request::Lookup(peer, kv, keys, true));
+  const std::string again = request::Lookup(peer, kv, keys, false, request::kLookupWaitMs);
+  client.Send(again);
   std::string answer = client.ReadLine();
   int calls = 1;
-  const std::string again = request::Lookup(peer, kv, keys, false);
   while (answer.find("\"retry\"") != std::string::npos) {
     SleepUs(pace_us);
     client.Send(again);

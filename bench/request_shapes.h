@@ -3,8 +3,8 @@
 // plus a 4-byte group id), looked up in one `lookup` and loaded in one
 // `load`, between a producer and a consumer daemon of one block size.
 //
-// After one untimed pass, per repetition: `lookup{flush}` of all keys, then `lookup` again (200 µs
-// apart, as an engine's scheduler steps) until no key is `retry`; then one
+// After one untimed pass, per repetition: one `lookup{wait_ms}` of all keys (asked again, 200 µs
+// apart, only if keys were still `retry` when the wait ran out); then one
 // `load` of all keys into slots 0..N-1 and `poll{wait_ms}` until its
 // result. Timed: lookup (first send to the answer without `retry`) and load
 // (send to its poll result); the CPU of both daemons (/proc) over each
@@ -37,7 +37,7 @@ struct ShapeConfig {
 struct ShapeSample {
   double lookup_ms = 0;
   double load_ms = 0;
-  int lookup_calls = 0;  // the first lookup and the repeats while any key was `retry`
+  int lookup_calls = 0;  // the lookup{wait_ms} and any repeat after its wait ran out
   double lookup_producer_cpu_us = 0, lookup_consumer_cpu_us = 0;
   double load_producer_cpu_us = 0, load_consumer_cpu_us = 0;
   uint64_t verified_blocks = 0;

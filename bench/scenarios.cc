@@ -183,15 +183,16 @@ BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t spa
 
 std::vector<double> MeasureLookups(EngineClient& client, const std::string& peer, const std::string& key, int count,
                                    int64_t pace_us, const std::string& tag, const std::atomic<bool>* keep_going,
-                                   std::atomic<int>* taken) {
+                                   std::atomic<int>* taken, LookupFlow flow) {
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(count));
   const std::vector<std::string> keys = {key};
   for (int i = 0; i < count; ++i) {
     if (keep_going != nullptr && !keep_going->load()) break;
     const std::string kv = tag + "-" + std::to_string(i);
-    const std::string first = request::Lookup(peer, kv, keys, true);
-    const std::string again = request::Lookup(peer, kv, keys, false);
+    const bool one_call = flow == LookupFlow::kOneCall;
+    const std::string first = request::Lookup(peer, kv, keys, !one_call, one_call ? request::kLookupWaitMs : 0);
+    const std::string again = one_call ? first : request::Lookup(peer, kv, keys, false);
     // The answer of a one-key lookup is recognised by its text, so the
     // engine side adds no JSON parsing to the measured time.
     const int64_t t0 = NowNs();

@@ -82,13 +82,19 @@ struct BulkResult {
 BulkResult RunBulk(ConsumerEngine& engine, const std::string& peer, uint32_t space, uint64_t source_blocks,
                    const BulkConfig& config, const std::string& tag);
 
-// Peer lookup round trips: lookup{flush:true} of one published key, then
-// lookup again until the answer is known (must be hit); then finish,
-// untimed. `pace_us` of sleep between samples. Stops early when `keep_going`
-// turns false; counts the samples taken so far in `taken`. µs per sample.
+// How an engine learns a probe's answer.
+enum class LookupFlow {
+  kOneCall,  // lookup{wait_ms}: the answer comes when known
+  kTwoCall,  // lookup{flush:true}, then lookup again while `retry`
+};
+
+// Peer lookup round trips of one published key until the answer is known
+// (must be hit), by `flow`; then finish, untimed. `pace_us` of sleep
+// between samples. Stops early when `keep_going` turns false; counts the
+// samples taken so far in `taken`. µs per sample.
 std::vector<double> MeasureLookups(EngineClient& client, const std::string& peer, const std::string& key, int count,
                                    int64_t pace_us, const std::string& tag, const std::atomic<bool>* keep_going,
-                                   std::atomic<int>* taken = nullptr);
+                                   std::atomic<int>* taken = nullptr, LookupFlow flow = LookupFlow::kOneCall);
 
 // Control-op round trips: poll{wait_ms:0} with nothing ready. µs per sample.
 std::vector<double> MeasureControlOps(EngineClient& client, int count, int warmup);

@@ -344,7 +344,8 @@ asio::awaitable<Status> ControlServer::Unpublish(OpCall& call) {
 }
 
 asio::awaitable<Status> ControlServer::Lookup(OpCall& call) {
-  co_return call.engine->Lookup(call.request, call.response);
+  asio::awaitable<Status> looking = call.engine->Lookup(call.request, call.response);
+  co_return co_await std::move(looking);  // call.engine keeps the session alive while it waits
 }
 
 asio::awaitable<Status> ControlServer::Flush(OpCall& call) {

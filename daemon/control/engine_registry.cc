@@ -106,6 +106,12 @@ void EngineRegistry::OnRequestFailed(const std::string& peer, const std::string&
   if (session != engines_.end()) session->second->OnRequestFailed(kv_request_id);
 }
 
+// Each session waits for at most one lookup (LookupWait), so this visits
+// at most --max-engines waits.
+void EngineRegistry::OnProbesChanged(const std::string& peer, bool ended) {
+  for (const auto& [id, session] : engines_) session->OnProbesChanged(peer, ended);
+}
+
 std::optional<EngineId> EngineRegistry::KvUser(const std::string& peer, const std::string& kv_request_id) const {
   auto user = kv_users_.find({peer, kv_request_id});
   if (user == kv_users_.end()) return std::nullopt;

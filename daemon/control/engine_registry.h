@@ -78,6 +78,7 @@ class EngineRegistry : public ResultSink {
   void OnLoadResult(const session::JobResult& result) override;
   void OnStoreResult(const session::JobResult& result) override;
   void OnRequestFailed(const std::string& peer, const std::string& kv_request_id) override;
+  void OnProbesChanged(const std::string& peer, bool ended) override;
 
   // status.engines: one object per engine session.
   boost::json::array EnginesStatus() const;

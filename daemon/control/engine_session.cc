@@ -32,6 +32,13 @@ const char* AnswerName(session::ProbeAnswer answer) {
   return "retry";
 }
 
+bool HasRetry(const std::vector<session::ProbeAnswer>& answers) {
+  for (session::ProbeAnswer answer : answers) {
+    if (answer == session::ProbeAnswer::kRetry) return true;
+  }
+  return false;
+}
+
 json::array ToArray(const std::vector<SlotIndex>& items) { return json::array(items.begin(), items.end()); }
 
 }  // namespace
@@ -60,7 +67,8 @@ EngineSession::EngineSession(EngineRegistry& registry, EngineId id, std::string 
       block_len_(block_len),
       credentials_(credentials),
       jobs_([this] { Wake(); }),
-      poll_timer_(registry.executor()) {}
+      poll_timer_(registry.executor()),
+      lookup_wait_(registry.executor()) {}
 
 EngineSession::~EngineSession() { Close(); }
 
@@ -190,38 +198,73 @@ Status EngineSession::Unpublish(const json::object& request, json::object* respo
   return Status::Ok();
 }
 
-Status EngineSession::Lookup(const json::object& request, json::object* response) {
+Status EngineSession::ReadLookup(const json::object& request, LookupArgs* args) const {
   RequestReader reader(request);
-  std::string peer;
-  std::string kv_request_id;
-  std::vector<protocol::Key> keys;
   std::optional<bool> flush;
-  reader.Peer("peer", &peer);
-  reader.IdString("kv_request_id", &kv_request_id);
-  reader.Keys("keys", 0, &keys);
+  std::optional<uint64_t> wait_ms;
+  reader.Peer("peer", &args->peer);
+  reader.IdString("kv_request_id", &args->kv_request_id);
+  reader.Keys("keys", 0, &args->keys);
   reader.OptionalBool("flush", &flush);
-  if (!reader.ok()) return reader.status();
-  PeerService* peers = Peers();
-  if (peers == nullptr) return PeerSideMissing();
-  if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
+  reader.OptionalUint("wait_ms", kMaxWaitMs, &wait_ms);
+  args->flush = flush.value_or(false);
+  args->wait_ms = wait_ms.value_or(0);
+  return reader.status();
+}
 
-  // Claimed before the call: the peer side may report the request failed
-  // from inside it.
-  const bool claimed = Claim(peer, kv_request_id);
+boost::asio::awaitable<Status> EngineSession::Lookup(const json::object& request, json::object* response) {
+  LookupArgs args;
+  if (Status bad = ReadLookup(request, &args); !bad.ok()) co_return bad;
   std::vector<session::ProbeAnswer> answers;
-  if (Status failed = peers->Lookup(peer, kv_request_id, keys, flush.value_or(false), &answers); !failed.ok()) {
-    if (claimed) Unclaim(peer, kv_request_id);
-    return failed;
-  }
-  kv_ids_.insert(kv_request_id);
-  if (answers.size() != keys.size()) {
-    return Status::Internal("the peer side answered " + std::to_string(answers.size()) + " of " +
-                                std::to_string(keys.size()) + " probes");
+  // control-api.md, the `lookup` row: with wait_ms the probe is sent at once.
+  if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) co_return failed;
+  if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
+    if (Status failed = co_await AwaitAnswers(args, &answers); !failed.ok()) co_return failed;
   }
   json::array results;
   for (session::ProbeAnswer answer : answers) results.emplace_back(AnswerName(answer));
   (*response)["results"] = std::move(results);
+  co_return Status::Ok();
+}
+
+Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers) {
+  PeerService* peers = Peers();
+  if (peers == nullptr) return PeerSideMissing();
+  if (Status busy = CheckKvFree(args.peer, args.kv_request_id); !busy.ok()) return busy;
+
+  // Claimed before the call: the peer side may report the request failed
+  // from inside it.
+  const bool claimed = Claim(args.peer, args.kv_request_id);
+  answers->clear();  // a re-probe replaces the answers of the last pass
+  if (Status failed = peers->Lookup(args.peer, args.kv_request_id, args.keys, flush, answers); !failed.ok()) {
+    if (claimed) Unclaim(args.peer, args.kv_request_id);
+    return failed;
+  }
+  kv_ids_.insert(args.kv_request_id);
+  if (answers->size() != args.keys.size()) {
+    return Status::Internal("the peer side answered " + std::to_string(answers->size()) + " of " +
+                            std::to_string(args.keys.size()) + " probes");
+  }
   return Status::Ok();
+}
+
+// Each event re-asks the peer side exactly as the engine's next plain
+// lookup would; the wait ends once nothing is retry, on time-out, or when
+// the peer's session or the request ended (then that one answer stands:
+// miss or retry per the wire spec's section 1, or the shutdown error).
+boost::asio::awaitable<Status> EngineSession::AwaitAnswers(const LookupArgs& args,
+                                                           std::vector<session::ProbeAnswer>* answers) {
+  lookup_wait_.Begin(args.peer, args.kv_request_id,
+                     std::chrono::steady_clock::now() + std::chrono::milliseconds(args.wait_ms));
+  Status status;
+  for (;;) {
+    const LookupWait::Wake wake = co_await lookup_wait_.Next();
+    if (wake == LookupWait::Wake::kCut || closed_) break;  // the answers so far stand
+    status = Probe(args, false, answers);
+    if (!status.ok() || wake != LookupWait::Wake::kAnswers || !HasRetry(*answers)) break;
+  }
+  lookup_wait_.End();
+  co_return status;
 }
 
 Status EngineSession::Flush(const json::object&, json::object* response) {
@@ -382,6 +425,7 @@ void EngineSession::Wake() {
 void EngineSession::CutWaits() {
   waits_cut_ = true;
   Wake();
+  lookup_wait_.Cut();
 }
 
 void EngineSession::Close() {

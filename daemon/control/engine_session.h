@@ -34,6 +34,7 @@
 #include "daemon/node/published_blocks.h"
 #include "daemon/control/engine_jobs.h"
 #include "daemon/control/engine_registry.h"
+#include "daemon/control/lookup_wait.h"
 #include "daemon/node/shm_region.h"
 #include "base/unique_fd.h"
 
@@ -54,7 +55,10 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   Status RegisterRegion(const boost::json::object& request, UniqueFd fd, boost::json::object* response);
   Status Publish(const boost::json::object& request, boost::json::object* response);
   Status Unpublish(const boost::json::object& request, boost::json::object* response);
-  Status Lookup(const boost::json::object& request, boost::json::object* response);
+  // With `wait_ms` the probe is flushed at once and the answer waits until
+  // no key is `retry`, the time passes, the peer's session or the request
+  // there ends, or waits are cut.
+  boost::asio::awaitable<Status> Lookup(const boost::json::object& request, boost::json::object* response);
   Status Flush(const boost::json::object& request, boost::json::object* response);
   Status Load(const boost::json::object& request, boost::json::object* response);
   Status Store(const boost::json::object& request, boost::json::object* response);
@@ -72,7 +76,12 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // From the registry.
   void OnLoadResult(int64_t engine_job, const session::JobResult& result) { jobs_.OnResult(engine_job, result); }
   void OnStoreResult(int64_t engine_job, const session::JobResult& result) { jobs_.OnResult(engine_job, result); }
-  void OnRequestFailed(const std::string& kv_request_id) { jobs_.OnRequestFailed(kv_request_id); }
+  void OnRequestFailed(const std::string& kv_request_id) {
+    jobs_.OnRequestFailed(kv_request_id);
+    lookup_wait_.OnRequestFailed(kv_request_id);
+  }
+  // Probe answers from `peer` may have changed (ResultSink::OnProbesChanged).
+  void OnProbesChanged(const std::string& peer, bool ended) { lookup_wait_.OnProbesChanged(peer, ended); }
 
   EngineId id() const { return id_; }
   const std::string& client() const { return client_; }
@@ -87,6 +96,19 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   void FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const;
   // A store's pins all hold one guard; its destruction means they dropped.
   class StoreGuard;
+
+  struct LookupArgs {
+    std::string peer;
+    std::string kv_request_id;
+    std::vector<protocol::Key> keys;
+    bool flush = false;
+    uint64_t wait_ms = 0;
+  };
+  Status ReadLookup(const boost::json::object& request, LookupArgs* args) const;
+  // One pass of the probe: what a lookup without wait_ms does.
+  Status Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers);
+  // Re-probes on every event of lookup_wait_ until no answer is retry.
+  boost::asio::awaitable<Status> AwaitAnswers(const LookupArgs& args, std::vector<session::ProbeAnswer>* answers);
 
   // Region present, ids in range (out_of_range), into *slots.
   Status CheckRegion(std::string_view op) const;
@@ -128,6 +150,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   boost::asio::steady_timer poll_timer_;
   bool poll_waiting_ = false;
   bool waits_cut_ = false;
+  LookupWait lookup_wait_;
 };
 
 }  // namespace kvpeer::daemon

@@ -34,6 +34,10 @@ class ResultSink {
   // Work of `kv_request_id` towards `peer` failed as a whole (peer death,
   // unreachable peer, unresolved probes): poll reports it in failed_requests.
   virtual void OnRequestFailed(const std::string& peer, const std::string& kv_request_id) = 0;
+  // Probe answers from `peer` may have changed: a lookup_resp arrived, or
+  // (`ended`) the peer's session ended. Wakes lookups waiting with wait_ms
+  // (control-api.md, the `lookup` row).
+  virtual void OnProbesChanged(const std::string& peer, bool ended) { (void)peer, (void)ended; }
 };
 
 class PeerService {

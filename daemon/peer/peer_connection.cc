@@ -384,6 +384,8 @@ void PeerConnection::OnFrameReady() {
     session_->OnBlockDataComplete(*block_data);
   } else if (Status status = session_->OnMessage(message); !status.ok()) {
     NoteViolation(&message);
+  } else if (std::holds_alternative<protocol::LookupResp>(message)) {
+    listener_.OnLookupResp(*this);
   }
   if (const uint64_t now_refused = session_->RoundsRefused(); now_refused != refused) {
     const bool lookup = std::holds_alternative<protocol::Lookup>(message);

@@ -79,6 +79,9 @@ class ConnectionListener {
   // A lookup_resp arrived `round_trip` after the lookup it answers was sent
   // (the lookups of one connection are answered in order).
   virtual void OnLookupAnswered(session::Duration round_trip) { (void)round_trip; }
+  // The session has taken a lookup_resp (every one, split answers
+  // included), so probe answers of this peer may have changed.
+  virtual void OnLookupResp(PeerConnection& connection) { (void)connection; }
   // A limit refused or paused work on this connection: `limit` is the
   // option ("max-rounds-per-peer", "max-queued-bytes"), `count` the hits,
   // `detail` what happened, for the log.

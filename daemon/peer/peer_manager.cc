@@ -437,6 +437,7 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   for (auto& done : std::exchange(entry.connect_waiters, {})) {
     done(Status::Unavailable("peer " + it->first + ": " + *entry.last_error));
   }
+  results_.OnProbesChanged(it->first, true);
 }
 
 // ---------------------------------------------------------------------------
@@ -661,6 +662,10 @@ void PeerManager::ReapIdlePeers() {
 }
 
 void PeerManager::OnLookupAnswered(session::Duration round_trip) { metrics_.RecordLookupRoundTrip(round_trip); }
+
+void PeerManager::OnLookupResp(PeerConnection& connection) {
+  results_.OnProbesChanged(connection.session().peer_id(), false);
+}
 
 std::vector<PeerSnapshot> PeerManager::PeerSnapshots() const {
   std::vector<PeerSnapshot> snapshots;

@@ -156,6 +156,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   void OnSessionActivity(PeerConnection& connection, session::PeerSession& session) override;
   void OnConnectionClosed(PeerConnection& connection) override;
   void OnLookupAnswered(session::Duration round_trip) override;
+  void OnLookupResp(PeerConnection& connection) override;
   void OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
                   const std::string& detail) override;
 

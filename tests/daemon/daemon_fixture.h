@@ -166,6 +166,14 @@ class FakePeers : public PeerService {
     results_.OnLoadResult({call.job, call.kv_request_id, success, reason});
   }
 
+  // The peer's lookup_resp for `key` arrives now: lookups waiting on `peer` wake.
+  void Answer(const std::string& peer, const protocol::Key& key, session::ProbeAnswer answer) {
+    answer_for[key] = answer;
+    results_.OnProbesChanged(peer, false);
+  }
+  // The session with `peer` ends (answers stay as answer_for says).
+  void EndSession(const std::string& peer) { results_.OnProbesChanged(peer, true); }
+
   struct LookupCall {
     std::string peer;
     std::string kv_request_id;

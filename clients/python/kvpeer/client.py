@@ -208,12 +208,18 @@ class Client:
         r = self.request("unpublish", keys=_hex_keys(keys))
         return {"released": r["released"], "pinned": r["pinned"]}
 
-    def lookup(self, peer, kv_request_id, keys, flush=None):
-        """Probes `keys` on `peer`; returns "hit"/"miss"/"retry" per key."""
+    def lookup(self, peer, kv_request_id, keys, flush=None, wait_ms=None):
+        """Probes `keys` on `peer`; returns "hit"/"miss"/"retry" per key.
+        With `wait_ms` the probe is sent at once and the answer waits until
+        no key is "retry" or wait_ms has passed (one call resolves it)."""
         fields = {"peer": peer, "kv_request_id": kv_request_id, "keys": _hex_keys(keys)}
         if flush is not None:
             fields["flush"] = flush
-        return self.request("lookup", **fields)["results"]
+        timeout = None
+        if wait_ms is not None:
+            fields["wait_ms"] = wait_ms
+            timeout = max(self.timeout, wait_ms / 1000.0 + _SLACK_S) if isinstance(wait_ms, (int, float)) else None
+        return self.request("lookup", _timeout=timeout, **fields)["results"]
 
     def flush(self):
         """Sends this engine's registered probes; returns lookup messages sent."""

@@ -219,18 +219,18 @@ class SimEngine:
 
     def probe(self, peer, kv_request_id, keys, timeout=15.0):
         """Looks keys up on `peer` until none answers "retry" (the answer is
-        known), re-asking with flush as the control API prescribes. Returns
-        the final per-key answers; raises SimulatorError past `timeout`."""
+        known): one lookup with wait_ms resolves a probe; it is asked again
+        only if the peer's session ended meanwhile. Returns the final
+        per-key answers; raises SimulatorError past `timeout`."""
         deadline = time.monotonic() + timeout
-        pause = 0.002
         while True:
-            answers = self.client.lookup(peer, kv_request_id, keys, flush=True)
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            answers = self.client.lookup(peer, kv_request_id, keys, wait_ms=min(left_ms, 60000))
             if "retry" not in answers:
                 return answers
             if time.monotonic() >= deadline:
                 raise SimulatorError(f"{self.name}: lookup on {peer} still answers retry after {timeout:.0f} s")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            time.sleep(0.01)  # the session ended: do not redial in a tight loop
 
     def load(self, peer, kv_request_id, keys, block_ids):
         """Submits one load; returns its job id."""

@@ -314,6 +314,19 @@ class DaemonOpsTest(unittest.TestCase):
         p = consumer.poll()
         self.assertEqual(set(p), {"results", "failed_requests", "released"})
 
+    def test_lookup_wait_ms_resolves_in_one_call(self):
+        producer, _ = self.engine(self.a, "producer-w")
+        consumer, _ = self.engine(self.b, "consumer-w")
+        keys = make_keys("client-wait", 3)
+        producer.publish(keys[:2], range(2))
+        # The probe is sent at once and the answer waits for the peer's.
+        self.assertEqual(consumer.lookup(self.a.listen, "wait", keys, wait_ms=10000), ["hit", "hit", "miss"])
+        consumer.finish("wait")
+        with self.assertRaises(KvpeerError) as cm:
+            consumer.lookup(self.a.listen, "wait", keys, wait_ms=60001)
+        self.assertEqual(cm.exception.code, "bad_request")
+        self.assertIn("wait_ms", cm.exception.message)
+
     def test_store_and_pd_load(self):
         producer, pregion = self.engine(self.a, "prefiller")
         consumer, cregion = self.engine(self.b, "decoder")
