@@ -119,6 +119,15 @@ void PrintEngines(const json::object& status, std::ostream& out) {
   PrintTable({"CLIENT", "PID", "BLOCKS", "PUBLISHED", "LOADS_IN_FLIGHT"}, rows, out);
 }
 
+// A counter that is exactly 0: every counter exists from the daemon's start
+// (docs/operations.md, "Metrics"), so most of them are.
+bool IsZero(const json::value& value) {
+  return (value.is_uint64() && value.get_uint64() == 0) || (value.is_int64() && value.get_int64() == 0) ||
+         (value.is_double() && value.get_double() == 0.0);
+}
+
+// The counters that are not 0, and how many were left out; `--json` shows
+// them all.
 void PrintCounters(const json::object& status, std::ostream& out) {
   const json::value* counters = Field(status, "counters");
   if (counters == nullptr || !counters->is_object() || counters->as_object().empty()) {
@@ -126,8 +135,20 @@ void PrintCounters(const json::object& status, std::ostream& out) {
     return;
   }
   std::vector<Row> rows;
-  for (const auto& entry : counters->as_object()) rows.push_back({config::Printable(entry.key()), Text(&entry.value())});
+  size_t zeros = 0;
+  for (const auto& entry : counters->as_object()) {
+    if (IsZero(entry.value())) {
+      ++zeros;
+      continue;
+    }
+    rows.push_back({config::Printable(entry.key()), Text(&entry.value())});
+  }
+  if (rows.empty()) {
+    out << "counters: all " << zeros << " at 0 (--json lists them)\n";
+    return;
+  }
   PrintTable({"COUNTER", "VALUE"}, rows, out);
+  if (zeros > 0) out << "(" << zeros << " more at 0; --json lists them)\n";
 }
 
 }  // namespace

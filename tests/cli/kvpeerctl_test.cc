@@ -449,5 +449,21 @@ TEST_CASE("byte and duration formatting") {
   CHECK(FormatDuration(86400 * 4 + 7380) == "4d 02h 03m");
 }
 
+TEST_CASE("status view: counters at 0 are counted, not listed; --json keeps them") {
+  auto view = [](const char* counters) {
+    std::ostringstream out;
+    PrintStatus(json::parse(std::string(R"({"node_id":"a:1","counters":)") + counters + "}").as_object(), out);
+    return out.str();
+  };
+  const std::string some = view(R"({"loads_ok":5,"loads_failed":0,"checksum_failures":0,"dials":1.0})");
+  CHECK(Contains(some, "loads_ok"));
+  CHECK(Contains(some, "dials"));
+  CHECK_FALSE(Contains(some, "loads_failed"));
+  CHECK_FALSE(Contains(some, "checksum_failures"));
+  CHECK(Contains(some, "(2 more at 0; --json lists them)"));
+  CHECK(Contains(view(R"({"loads_ok":0,"dials":0})"), "counters: all 2 at 0 (--json lists them)"));
+  CHECK(Contains(view("{}"), "counters: none"));
+}
+
 }  // namespace
 }  // namespace kvpeer::cli
