@@ -325,7 +325,7 @@ void PeerSession::Impl::OnTick() {
   const TimePoint now = clock();
   if (state == State::kHandshaking && now - started_at >= config.handshake_timeout) {
     Close(CloseCause::kHandshakeTimeout,
-          std::string(DisconnectReasonText(PeerDisconnectReason::kHandshakeTimedOut)), /*notify_peer=*/true);
+          DisconnectReasonText(PeerDisconnectReason::kHandshakeTimedOut), /*notify_peer=*/true);
     return;
   }
   if (now - last_receive >= config.liveness_timeout) {

@@ -28,7 +28,7 @@ Status Mismatch(const std::string& field, const std::string& ours, const std::st
 // The one reason the peer is told for any authentication failure
 // (wire spec, "Authentication and authorisation").
 Status AuthenticationFailed() {
-  return Status::Violation(std::string(DisconnectReasonText(PeerDisconnectReason::kAuthenticationFailed)));
+  return Status::Violation(DisconnectReasonText(PeerDisconnectReason::kAuthenticationFailed));
 }
 
 }  // namespace
