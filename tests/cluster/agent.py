@@ -20,6 +20,21 @@ from kvpeer import KvpeerError, ProtocolError  # noqa: E402
 from kvpeer.simulator import SimEngine, SimulatorError, make_keys  # noqa: E402
 
 
+def shm_region(directory, group):
+    """Region files made in `directory`, group `group` and mode 0660 when given (else mkstemp's 0600)."""
+    import grp
+    from kvpeer import client as kvclient
+    orig = kvclient.Region.shm_file.__func__
+
+    def shm_file(cls, num_blocks, block_len, directory=directory, offset=0, prefix="kvpeer-region-"):
+        region = orig(cls, num_blocks, block_len, directory=directory, offset=offset, prefix=prefix)
+        if group:
+            os.fchown(region.fd, -1, grp.getgrnam(group).gr_gid)
+            os.fchmod(region.fd, 0o660)
+        return region
+    kvclient.Region.shm_file = classmethod(shm_file)
+
+
 def chunks(seq, size):
     return [seq[i: i + size] for i in range(0, len(seq), size)]
 
@@ -150,7 +165,7 @@ class Agent:
         pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None)
         return {"n": len(lat), "errors": errors, "p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None}
 
-    def op_soak(self, peers, seconds, count=16, slot0=0, seed=0, result_timeout=60.0):
+    def op_soak(self, peers, seconds, count=16, slot0=0, seed=0, result_timeout=60.0, pace_ms=0):
         """For `seconds`: pick a random peer, probe `count` of its keys (prefix `pub-<peer>`), load the
         hits into slots slot0.., verify every byte. Counts everything; a result that does not come
         within `result_timeout` is lost; a second result raises (SimulatorError)."""
@@ -196,6 +211,7 @@ class Agent:
                 reason = str(res.get("reason"))[:60]
                 c["reasons"][reason] = c["reasons"].get(reason, 0) + 1
             self.op_finish(kv)
+            time.sleep(pace_ms / 1000)
         # Anything delivered late would be a second result: one last poll.
         self.e.poll_once(wait_ms=200)
         return c
@@ -211,7 +227,10 @@ def main():
     ap.add_argument("--num-blocks", type=int, required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--region", default="memfd", choices=["memfd", "shm"])
+    ap.add_argument("--shm-dir", default="/dev/shm", help="where a --region shm file is made")
+    ap.add_argument("--shm-group", help="give the region file this group, mode 0660 (deployment.md)")
     args = ap.parse_args()
+    shm_region(args.shm_dir, args.shm_group)
     out = sys.stdout
     try:
         agent = Agent(args)

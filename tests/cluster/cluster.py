@@ -132,22 +132,23 @@ class ClusterDaemon(harness.Daemon):
 
 
 class Agent:
-    """An engine process (agent.py) inside a host's namespace, driven by JSON lines."""
+    """An engine process (agent.py) driven by JSON lines. `prefix` is what runs it where it belongs:
+    `ip netns exec NS` for a namespaced host, nsenter into a container for a service host."""
 
-    def __init__(self, host, socket_path, block_len, num_blocks, name, region="memfd", user=None):
-        argv = ["ip", "netns", "exec", host.ns]
-        if user:
-            argv += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
-        argv += [sys.executable, str(HERE / "agent.py"), "--socket", socket_path, "--block-len", str(block_len),
-                 "--num-blocks", str(num_blocks), "--name", name, "--region", region]
+    def __init__(self, prefix, socket_path, block_len, num_blocks, name, region="memfd", extra=(),
+                 python=sys.executable, agent_path=HERE / "agent.py"):
+        argv = list(prefix) + [python, str(agent_path), "--socket", socket_path, "--block-len", str(block_len),
+                               "--num-blocks", str(num_blocks), "--name", name, "--region", region] + list(extra)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         self.name = name
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      bufsize=1)
-        hello = self.recv()
-        if not hello.get("ok"):
-            raise RuntimeError(f"{name}: {hello}")
-        self.pid = hello["pid"]
+        self.hello = self.recv()
+        if not self.hello.get("ok"):
+            self.proc.stdout.close()
+            self.close()
+            raise RuntimeError(f"{name}: {self.hello.get('error')}")
+        self.pid = self.hello["pid"]
 
     def send(self, **cmd):
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -156,7 +157,8 @@ class Agent:
     def recv(self):
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"agent {self.name} exited ({self.proc.poll()})")
+            self.proc.wait()
+            raise RuntimeError(f"agent {self.name} exited ({self.proc.returncode})")
         return json.loads(line)
 
     def call(self, **cmd):
@@ -219,6 +221,15 @@ class Host:
                      f"add rule inet kvc input ip saddr {other.addr} meta l4proto tcp reject with tcp reset\n")
         run(["ip", "netns", "exec", self.ns, "nft", "-f", "-"], input=rules)
 
+    def isolate(self, keep=()):
+        """Silently cuts this host off from every other host but those in `keep` (drop both ways,
+        in this host's namespace: one nft call however many hosts there are)."""
+        self._nft_table()
+        allowed = ", ".join([self.addr] + [h.addr for h in keep])
+        rules = (f"add rule inet kvc input ip saddr != {{ {allowed} }} drop\n"
+                 f"add rule inet kvc output ip daddr != {{ {allowed} }} drop\n")
+        run(["ip", "netns", "exec", self.ns, "nft", "-f", "-"], input=rules)
+
     def unblock(self):
         if self.nft_ready:
             run(["ip", "netns", "exec", self.ns, "nft", "flush", "table", "inet", "kvc"])
@@ -240,6 +251,7 @@ class Cluster:
     """N hosts on one bridge. Use as a context manager (or call close())."""
 
     def __init__(self, n, block_len=65536, daemon_args=(), workdir=None, extra_hosts=()):
+        self.closed = True  # until there is something to close
         reason = skip_reason()
         if reason:
             raise unittest_skip(reason)
@@ -250,6 +262,7 @@ class Cluster:
         self.daemon_args = list(daemon_args)
         self.hosts = []
         self.agents = []
+        self.closers = []  # more teardown (containers), run first
         self.closed = False
         atexit.register(self.close)
         self._old_term = signal.signal(signal.SIGTERM, self._on_term)
@@ -294,9 +307,9 @@ class Cluster:
         h.daemon.start()
         return h.daemon
 
-    def agent(self, h, num_blocks, name=None, region="memfd", user=None, socket_path=None, block_len=None):
-        a = Agent(h, socket_path or h.daemon.socket_path, block_len or self.block_len, num_blocks,
-                  name or f"{h.name}-e{len(self.agents)}", region=region, user=user)
+    def agent(self, h, num_blocks, name=None, region="memfd", socket_path=None, block_len=None):
+        a = Agent(["ip", "netns", "exec", h.ns], socket_path or h.daemon.socket_path, block_len or self.block_len,
+                  num_blocks, name or f"{h.name}-e{len(self.agents)}", region=region)
         self.agents.append(a)
         return a
 
@@ -332,6 +345,11 @@ class Cluster:
         if self.closed:
             return
         self.closed = True
+        for fn in reversed(self.closers):
+            try:
+                fn()
+            except Exception as err:  # noqa: BLE001 (teardown goes on)
+                sys.stderr.write(f"cluster teardown: {err}\n")
         for a in self.agents:
             try:
                 a.close()
