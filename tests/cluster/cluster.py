@@ -49,6 +49,11 @@ def run(argv, check=True, input=None):
     return p
 
 
+def required():
+    """True where the cluster tests must run rather than skip: CI, or KVPEER_CLUSTER_REQUIRED=1."""
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("KVPEER_CLUSTER_REQUIRED") == "1"
+
+
 def skip_reason():
     if os.geteuid() != 0:
         return "network namespaces need root"

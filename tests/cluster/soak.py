@@ -51,7 +51,7 @@ def main():
 
     reason = C.skip_reason()
     if reason:
-        if os.environ.get("KVPEER_CLUSTER_REQUIRED"):
+        if C.required():
             print(f"FAIL: cluster soak required but cannot run: {reason}")
             return 1
         print(f"SKIP: {reason}")

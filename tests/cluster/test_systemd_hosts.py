@@ -150,7 +150,7 @@ class ServiceHostsTest(ClusterTestCase):
 
     def setUp(self):
         if self.skip:
-            if os.environ.get("KVPEER_CLUSTER_REQUIRED"):
+            if C.required():
                 self.fail(f"the systemd-container scenario is required here but cannot run: {self.skip}")
             self.skipTest(self.skip)
 
