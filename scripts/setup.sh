@@ -31,6 +31,7 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev catch2
   libssl-dev openssl libsystemd-dev systemd dpkg-dev libxxhash-dev
   clang libclang-rt-14-dev lcov
+  iproute2 nftables debootstrap systemd-container
 )
 
 missing=()
