@@ -3,7 +3,8 @@
 #   1. the libFuzzer targets for a bounded time (scripts/fuzz.sh),
 #   2. every ctest suite but the soak under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   3. the session and daemon suites under ThreadSanitizer,
-#   4. every ctest suite in the Release build (its summary ends the output).
+#   4. every ctest suite in the Release build, the cluster tests first with
+#      their figures printed (the full run's summary ends the output).
 # Any failure stops the run with a non-zero exit status.
 #
 #   scripts/test.sh            # everything (CI runs this)
@@ -36,4 +37,17 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 
 echo "== Release build and tests"
 scripts/setup.sh --build-dir build
-ctest --test-dir build -j2 --output-on-failure --timeout 600
+# The cluster tests (label cluster, tests/cluster) first, then their figures,
+# so that the full run's summary still ends the output.
+rm -f build/cluster-figures.jsonl
+ctest --test-dir build -j2 --output-on-failure --timeout 900 -L cluster
+echo "== cluster figures (tests/cluster)"
+if [ -s build/cluster-figures.jsonl ]; then
+  python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    f = json.loads(line)
+    print(("  %-46s %s %s" % (f["figure"], f["value"], f["unit"])).rstrip())' build/cluster-figures.jsonl
+else
+  echo "  (none: the cluster tests were skipped)"
+fi
+ctest --test-dir build -j2 --output-on-failure --timeout 600 -LE cluster
