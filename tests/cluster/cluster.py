@@ -74,13 +74,12 @@ def skip_reason():
 
 
 def _pid_alive(pid):
+    """True while `pid` runs (a zombie, never reaped where PID 1 does not reap, is dead)."""
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    except PermissionError:
-        return True
 
 
 def clean_stale():
@@ -103,6 +102,13 @@ def clean_stale():
                 pass
         run(["ip", "netns", "del", name], check=False)
         gone.append(name)
+    # Work directories (sockets, logs) of those runs.
+    tmp = Path(tempfile.gettempdir())
+    for d in tmp.glob("kvpeer-cluster-*-*"):
+        digits = d.name[len("kvpeer-cluster-"):].split("-")[0]
+        if digits.isdigit() and int(digits) != os.getpid() and not _pid_alive(int(digits)):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(str(d))
     return gone
 
 
@@ -262,7 +268,7 @@ class Cluster:
             raise unittest_skip(reason)
         clean_stale()
         self.prefix = f"{PREFIX}{os.getpid()}-{random.randrange(16**4):04x}"
-        self.workdir = workdir or tempfile.mkdtemp(prefix="kvpeer-cluster-")
+        self.workdir = workdir or tempfile.mkdtemp(prefix=f"kvpeer-cluster-{os.getpid()}-")
         self.block_len = block_len
         self.daemon_args = list(daemon_args)
         self.hosts = []
