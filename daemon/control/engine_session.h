@@ -21,8 +21,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,9 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // no key is `retry`, the time passes, the peer's session or the request
   // there ends, or waits are cut.
   boost::asio::awaitable<Status> Lookup(const boost::json::object& request, boost::json::object* response);
+  // Lookup answered at once: what Lookup does without waiting (for a
+  // request without wait_ms, or whose wait_ms is 0 or refused).
+  Status LookupNow(const boost::json::object& request, boost::json::object* response);
   Status Flush(const boost::json::object& request, boost::json::object* response);
   Status Load(const boost::json::object& request, boost::json::object* response);
   Status Store(const boost::json::object& request, boost::json::object* response);
@@ -66,6 +71,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // Waits up to `wait_ms` for something to report unless something already
   // is (or waits are cut, see CutWaits).
   boost::asio::awaitable<Status> Poll(const boost::json::object& request, boost::json::object* response);
+  // Poll answered at once, without waiting.
+  Status PollNow(const boost::json::object& request, boost::json::object* response);
 
   // From now on polls do not wait, and a waiting poll returns at once: the
   // connection has seen end of input, so nobody may be left to wait for.
@@ -105,6 +112,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
     uint64_t wait_ms = 0;
   };
   Status ReadLookup(const boost::json::object& request, LookupArgs* args) const;
+  static void AddResults(const std::vector<session::ProbeAnswer>& answers, boost::json::object* response);
+  static Status ReadPoll(const boost::json::object& request, std::optional<uint64_t>* wait_ms);
   // One pass of the probe: what a lookup without wait_ms does.
   Status Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers);
   // Re-probes on every event of lookup_wait_ until no answer is retry.
@@ -145,7 +154,10 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   EngineJobs jobs_;
   std::set<std::string> kv_ids_;                             // every request used; finished on Close
   std::set<std::string> stored_kv_ids_;                      // requests this engine supplied (producer)
-  std::set<std::pair<std::string, std::string>> kv_claims_;  // (peer, kv_request_id) claimed in the registry
+  // kv_request_id -> the peers it is claimed towards in the registry. Keyed
+  // by request so that finish touches only its own claims (a burst of
+  // thousands of requests would otherwise scan them all per finish).
+  std::unordered_map<std::string, std::set<std::string>> kv_claims_;
 
   boost::asio::steady_timer poll_timer_;
   bool poll_waiting_ = false;
