@@ -42,12 +42,17 @@ struct OpCall {
   // waiting poll keeps its session alive.
   std::shared_ptr<EngineSession> engine;
   boost::json::object* response;  // the op's fields on success
+  // Set by an op answered at once (a kWithWaitMs op whose request asks to
+  // wait) when the answer is not there yet: the op's awaitable handler
+  // then answers the request anew, and *response is not used.
+  bool must_wait = false;
 };
 
 // What answers the ops; one method per row of the table. Most ops answer at
 // once (a plain call, no coroutine frame); the ops that may wait (connect,
 // and lookup and poll with a wait_ms) also have an awaitable handler, used
-// only when the request asks to wait (the row's WaitRule).
+// for connect always and for lookup and poll only when the request asks to
+// wait (the row's WaitRule) and the answer is not there yet (must_wait).
 class ControlOpHandlers {
  public:
   using OpAnswer = Status;
@@ -78,7 +83,8 @@ enum class WaitRule {
   kNever,
   kAlways,
   // When the request has an integer `wait_ms` above 0 (any other value is
-  // checked, and refused, by the handler that answers at once).
+  // checked, and refused, by the handler that answers at once) and the
+  // handler that answers at once finds nothing to answer yet.
   kWithWaitMs,
 };
 
@@ -93,7 +99,7 @@ struct ControlOp {
   ControlOpHandlers::OpWait (ControlOpHandlers::*wait_handler)(OpCall& call);  // null when waits is kNever
 };
 
-// Whether `request` of `op` goes to the op's awaitable handler.
+// Whether `request` of `op` may go to the op's awaitable handler.
 bool MayWait(const ControlOp& op, const boost::json::object& request);
 
 // Every op of the API, in the order the unknown_op message lists them.

@@ -264,10 +264,12 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
   const ControlOp* row = FindControlOp(op_name);
   Status status = row == nullptr ? UnknownOp(op_name)
                                  : CheckOpAllowed(*row, shutting_down_, connection.engine() != nullptr);
-  if (status.ok() && MayWait(*row, request)) {
+  const bool may_wait = status.ok() && MayWait(*row, request);
+  if (may_wait && row->handler == nullptr) {
     return AnswerWaiting(connection.shared_from_this(), std::move(parsed), std::move(line), row);
   }
   json::object fields(storage);
+  bool must_wait = false;
   if (status.ok()) {
     OpCall call{connection, request, line, connection.engine(), &fields};
     try {
@@ -276,6 +278,11 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
     } catch (const std::exception& e) {
       status = Status::Internal(std::string("internal error: ") + e.what());
     }
+    must_wait = may_wait && call.must_wait && status.ok();
+  }
+  if (must_wait) {
+    // Nothing to answer yet (a poll or lookup with wait_ms): wait for it.
+    return AnswerWaiting(connection.shared_from_this(), std::move(parsed), std::move(line), row);
   }
   AppendAnswer(out, id, status, fields);
   return std::nullopt;
@@ -371,7 +378,9 @@ Status ControlServer::RegisterRegion(OpCall& call) {
 Status ControlServer::Publish(OpCall& call) { return call.engine->Publish(call.request, call.response); }
 Status ControlServer::Unpublish(OpCall& call) { return call.engine->Unpublish(call.request, call.response); }
 
-Status ControlServer::Lookup(OpCall& call) { return call.engine->LookupNow(call.request, call.response); }
+Status ControlServer::Lookup(OpCall& call) {
+  return call.engine->LookupNow(call.request, call.response, &call.must_wait);
+}
 
 asio::awaitable<Status> ControlServer::LookupWaiting(OpCall& call) {
   asio::awaitable<Status> looking = call.engine->Lookup(call.request, call.response);
@@ -383,7 +392,7 @@ Status ControlServer::Load(OpCall& call) { return call.engine->Load(call.request
 Status ControlServer::Store(OpCall& call) { return call.engine->Store(call.request, call.response); }
 Status ControlServer::Finish(OpCall& call) { return call.engine->Finish(call.request, call.response); }
 
-Status ControlServer::Poll(OpCall& call) { return call.engine->PollNow(call.request, call.response); }
+Status ControlServer::Poll(OpCall& call) { return call.engine->PollNow(call.request, call.response, &call.must_wait); }
 
 asio::awaitable<Status> ControlServer::PollWaiting(OpCall& call) {
   asio::awaitable<Status> polling = call.engine->Poll(call.request, call.response);

@@ -219,8 +219,13 @@ boost::asio::awaitable<Status> EngineSession::Lookup(const json::object& request
   LookupArgs args;
   if (Status bad = ReadLookup(request, &args); !bad.ok()) co_return bad;
   std::vector<session::ProbeAnswer> answers;
-  // control-api.md, the `lookup` row: with wait_ms the probe is sent at once.
-  if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) co_return failed;
+  if (first_pass_) {
+    answers = std::move(*first_pass_);  // LookupNow's pass of this very request
+    first_pass_.reset();
+  } else if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) {
+    // control-api.md, the `lookup` row: with wait_ms the probe is sent at once.
+    co_return failed;
+  }
   if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
     if (Status failed = co_await AwaitAnswers(args, &answers); !failed.ok()) co_return failed;
   }
@@ -228,11 +233,17 @@ boost::asio::awaitable<Status> EngineSession::Lookup(const json::object& request
   co_return Status::Ok();
 }
 
-Status EngineSession::LookupNow(const json::object& request, json::object* response) {
+Status EngineSession::LookupNow(const json::object& request, json::object* response, bool* must_wait) {
+  first_pass_.reset();  // never another request's
   LookupArgs args;
   if (Status bad = ReadLookup(request, &args); !bad.ok()) return bad;
   std::vector<session::ProbeAnswer> answers;
   if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) return failed;
+  if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
+    *must_wait = true;  // Lookup goes on from this pass and waits
+    first_pass_ = std::move(answers);
+    return Status::Ok();
+  }
   AddResults(answers, response);
   return Status::Ok();
 }
@@ -426,9 +437,13 @@ Status EngineSession::ReadPoll(const json::object& request, std::optional<uint64
   return reader.status();
 }
 
-Status EngineSession::PollNow(const json::object& request, json::object* response) {
+Status EngineSession::PollNow(const json::object& request, json::object* response, bool* must_wait) {
   std::optional<uint64_t> wait_ms;
   if (Status bad = ReadPoll(request, &wait_ms); !bad.ok()) return bad;
+  if (wait_ms.value_or(0) > 0 && !jobs_.HasReport() && !waits_cut_) {
+    *must_wait = true;
+    return Status::Ok();
+  }
   jobs_.TakeReport(response);
   return Status::Ok();
 }

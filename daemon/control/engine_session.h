@@ -61,9 +61,10 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // no key is `retry`, the time passes, the peer's session or the request
   // there ends, or waits are cut.
   boost::asio::awaitable<Status> Lookup(const boost::json::object& request, boost::json::object* response);
-  // Lookup answered at once: what Lookup does without waiting (for a
-  // request without wait_ms, or whose wait_ms is 0 or refused).
-  Status LookupNow(const boost::json::object& request, boost::json::object* response);
+  // Lookup answered at once: one pass of the probe. With `wait_ms` and a
+  // key still `retry` (and waits not cut) sets *must_wait instead of
+  // answering: Lookup then probes again and waits.
+  Status LookupNow(const boost::json::object& request, boost::json::object* response, bool* must_wait);
   Status Flush(const boost::json::object& request, boost::json::object* response);
   Status Load(const boost::json::object& request, boost::json::object* response);
   Status Store(const boost::json::object& request, boost::json::object* response);
@@ -71,8 +72,9 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // Waits up to `wait_ms` for something to report unless something already
   // is (or waits are cut, see CutWaits).
   boost::asio::awaitable<Status> Poll(const boost::json::object& request, boost::json::object* response);
-  // Poll answered at once, without waiting.
-  Status PollNow(const boost::json::object& request, boost::json::object* response);
+  // Poll answered at once. With `wait_ms` and nothing to report (and waits
+  // not cut) sets *must_wait instead of answering: Poll then waits.
+  Status PollNow(const boost::json::object& request, boost::json::object* response, bool* must_wait);
 
   // From now on polls do not wait, and a waiting poll returns at once: the
   // connection has seen end of input, so nobody may be left to wait for.
@@ -161,6 +163,9 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
 
   boost::asio::steady_timer poll_timer_;
   bool poll_waiting_ = false;
+  // The pass LookupNow made before it set must_wait; the Lookup that the
+  // same request goes to next starts from it instead of probing again.
+  std::optional<std::vector<session::ProbeAnswer>> first_pass_;
   bool waits_cut_ = false;
   LookupWait lookup_wait_;
 };
