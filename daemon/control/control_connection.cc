@@ -89,6 +89,10 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
   EndInput();
 }
 
+boost::json::monotonic_resource& ControlConnection::NewParseMemory() {
+  return parse_memory_.emplace(parse_buffer_, sizeof(parse_buffer_));
+}
+
 bool ControlConnection::ReadAheadFull() const {
   return queue_.size() >= kMaxQueuedLines || unanswered_bytes() >= kMaxUnansweredBytes;
 }

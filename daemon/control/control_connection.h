@@ -113,10 +113,12 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   size_t unanswered_bytes() const { return unanswered_bytes_ + partial_.capacity(); }
   // Answer bytes not yet taken by the socket (tests, diagnostics).
   size_t pending_answer_bytes() const { return out_.size() + writing_.size(); }
-  // Where the handler parses a line answered at once. Reused: everything
-  // in it is released when the next line is parsed (no line is parsed
-  // while a waiting one still holds its request).
-  boost::json::monotonic_resource& parse_memory() { return parse_memory_; }
+  // Fresh memory for parsing and answering the next line: a small buffer
+  // of the connection, then heap blocks given back here at the next line
+  // (no line is parsed while a waiting one still holds its request). Made
+  // anew rather than released: a released monotonic_resource keeps
+  // doubling the size of the blocks it asks for.
+  boost::json::monotonic_resource& NewParseMemory();
 
  private:
   // Each coroutine holds `self`, which keeps the connection alive.
@@ -168,7 +170,7 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   bool writer_running_ = false;
   boost::asio::steady_timer reader_wake_;  // cancelled when the queue drains
   alignas(std::max_align_t) unsigned char parse_buffer_[8192];
-  boost::json::monotonic_resource parse_memory_{parse_buffer_, sizeof(parse_buffer_)};
+  std::optional<boost::json::monotonic_resource> parse_memory_;
 };
 
 }  // namespace kvpeer::daemon

@@ -227,8 +227,7 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
                                                                       ControlLine& line, std::string* out) {
   engines_.counters().Add(Counter::kRequests);
   // The previous line's request and answer are gone: reuse their memory.
-  json::monotonic_resource& memory = connection.parse_memory();
-  memory.release();
+  json::monotonic_resource& memory = connection.NewParseMemory();
   const json::storage_ptr storage(&memory);
   boost::system::error_code ec;
   json::value parsed = json::parse(line.text, ec, storage);

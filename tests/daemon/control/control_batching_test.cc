@@ -54,6 +54,22 @@ TEST_CASE("a pipelined burst of many lines is answered in request order") {
   }
 }
 
+TEST_CASE("many lines larger than the parse buffer are answered (its memory does not grow per line)") {
+  Daemon daemon;
+  Engine engine(daemon);
+  const std::string pad(64 * 1024, 'p');
+  std::string lines;
+  for (int i = 0; i < 200; ++i) {
+    lines += "{\"op\":\"poll\",\"id\":" + std::to_string(i) + ",\"pad\":[\"" + pad + "\"]}\n";
+  }
+  engine.client.Send(lines);
+  for (int i = 0; i < 200; ++i) {
+    json::object response = engine.client.Response();
+    REQUIRE(response.at("id") == i);
+    CHECK(response.at("ok") == true);
+  }
+}
+
 TEST_CASE("a line that waits sends the answers before it first; later lines wait for it") {
   Daemon daemon;
   Engine engine(daemon);
