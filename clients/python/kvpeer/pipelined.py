@@ -164,6 +164,7 @@ class PipelinedClient:
         waiting) and calls the handlers in request order; returns how many
         answers were handled."""
         self.flush_out()
+        ended: Optional[str] = None
         while self._sock is not None:
             try:
                 chunk = self._sock.recv(self._RECV_BYTES)
@@ -172,13 +173,17 @@ class PipelinedClient:
             except OSError as e:
                 if e.errno == errno.EINTR:
                     continue
-                self._fail(f"receive failed: {e}")
+                ended = f"receive failed: {e}"
                 break
             if not chunk:
-                self._fail("kvpeerd closed the control connection")
+                ended = "kvpeerd closed the control connection"
                 break
             self._in += chunk
-        return self._dispatch()
+        # Answers that arrived before the end are still answers.
+        handled = self._dispatch()
+        if ended is not None:
+            self._fail(ended)
+        return handled
 
     def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Pumps until `predicate()` holds or `timeout` seconds pass; True if
