@@ -354,6 +354,28 @@ class LifecycleTest(TierTestCase):
         self.assertEqual(self.fetch(b, k3, ctx_b3), 2)
         self.assert_blocks(b, k3)
 
+    def test_own_daemon_lost_then_back(self):
+        """A's own daemon dies: every job A's tier held gets a (failed)
+        result, so vLLM unpins; lookups miss meanwhile; once a daemon is back
+        on the socket the tier opens a new session and publishes again."""
+        tier_module = sys.modules["kvpeer.vllm.tier"]
+        self.addCleanup(setattr, tier_module, "_RECONNECT_INTERVAL_S", tier_module._RECONNECT_INTERVAL_S)
+        tier_module._RECONNECT_INTERVAL_S = 0.2
+        a = self.vllm_engine(self.a, "a")
+        keys = make_keys("lost", 4)
+        self.publish(a, keys)
+        self.a.kill()
+        a.run_until(lambda: all(a.cpu.pins(k) == 0 for k in keys), what="A's held jobs failed and unpinned")
+        self.assertIsNotNone(a.tier.broken)
+        self.assertFalse(any(r.success for r in a.results.values()))
+        self.start_daemon("node-a")  # the same socket path
+        more = make_keys("back", 2)
+        ctx = a.new_request("a-2")
+        a.run_until(lambda: a.tier.broken is None and a.tier.node_id is not None, what="reconnected")
+        a.store(more, ctx, content)
+        a.run_until(lambda: a.tier.published_blocks == 2 and not a.tier._work_in_flight, what="published again")
+        self.assertEqual(self.daemons[-1].status()["engines"][0]["published"], 2)
+
     def test_unknown_kwargs_accepted(self):
         a = self.vllm_engine(self.a, "a", some_future_argument=1, backpressure_detector=None)
         self.assertIsNone(a.tier.broken)

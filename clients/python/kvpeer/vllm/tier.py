@@ -42,6 +42,7 @@ from vllm.v1.kv_offload.tiering.base import (  # type: ignore[import-not-found]
     TransferJob,
 )
 
+from ..client import KvpeerError, ProtocolError
 from ..pipelined import PipelinedClient, Reply
 from . import identity
 from .metrics import Counters, Names, definitions, reason_label
@@ -142,6 +143,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         self._conn = PipelinedClient(self._socket_path, connect_timeout=self._connect_timeout_s)
         self._session_started = False
         self._broken = None
+        self._node_id = None
 
     def _ensure_session(self) -> Optional[PipelinedClient]:
         """The connection with `hello` and `register_region` sent (they go
@@ -169,7 +171,12 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         # assembled when the chunk starts, so had `hello` arrived in the same
         # chunk, it would take them. Waiting for hello's answer (once, on the
         # local daemon) guarantees that.
-        if not conn.wait(lambda: self._node_id is not None or self._broken is not None, 5.0):
+        try:
+            answered = conn.wait(lambda: self._node_id is not None or self._broken is not None, 5.0)
+        except ProtocolError as e:
+            self._connection_lost(str(e))
+            return None
+        if not answered:
             self._set_broken("kvpeerd did not answer hello within 5 s")
             return None
         if self._broken:
@@ -197,7 +204,10 @@ class KvpeerSecondaryTier(SecondaryTierManager):
                 self._connection_lost(reply.error.message)
             handler(reply)
 
-        conn.submit(op, done, fds=list(fds), **fields)
+        try:
+            conn.submit(op, done, fds=list(fds), **fields)
+        except ProtocolError as e:  # the connection ended a moment ago
+            done(Reply(op, {}, KvpeerError("connection_closed", str(e))))
 
     def _on_hello(self, reply: Reply) -> None:
         if reply.error is not None:
@@ -238,10 +248,25 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         self._probes.clear()
         self._poll_in_flight = False
 
+    def _take_answers(self) -> None:
+        """Handles the answers that have arrived, never waiting. A daemon
+        that breaks the framing contract costs the session, not vLLM's
+        scheduler: the connection is closed and everything owed fails."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            conn.pump()
+        except ProtocolError as e:
+            logger.error("kvpeer tier: %s", e)
+            self._connection_lost(str(e))
+            return
+        if conn.closed:  # an end with no request waiting is noticed here
+            self._connection_lost(conn.closed_reason or "connection closed")
+
     def _pump(self) -> Optional[PipelinedClient]:
         conn = self._ensure_session()
-        if self._conn is not None and not self._conn.closed:
-            self._conn.pump()
+        self._take_answers()
         return conn if conn is not None and not conn.closed and not self._broken else None
 
     # -- polling -----------------------------------------------------------------------
@@ -251,7 +276,10 @@ class KvpeerSecondaryTier(SecondaryTierManager):
             return
         self._poll_in_flight = True
         fields = {"wait_ms": wait_ms} if wait_ms else {}
-        conn.submit("poll", self._on_poll, **fields)
+        try:
+            conn.submit("poll", self._on_poll, **fields)
+        except ProtocolError as e:
+            self._on_poll(Reply("poll", {}, KvpeerError("connection_closed", str(e))))
 
     def _on_poll(self, reply: Reply) -> None:
         self._poll_in_flight = False
@@ -325,8 +353,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         source = req_context.get_state(Source)
         if source is None:
             return LookupResult.MISS
-        if self._conn is not None and not self._conn.closed:
-            self._conn.pump()
+        self._take_answers()
         if self._broken or source.kv_request_id in self._failed:
             return LookupResult.MISS
         if not source.probe:
@@ -501,8 +528,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
     def serve_external_requests(self, parent: ParentManager) -> None:
         """Nothing to serve here: the daemon answers peers from the
         published blocks without the engine."""
-        if self._conn is not None and not self._conn.closed:
-            self._conn.pump()
+        self._take_answers()
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         """End of step: this step's new probe keys go out, one `lookup`
@@ -521,8 +547,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         """True while anything is owed an answer: loads, supply, probes,
         blocks being released, results not yet handed over. Published blocks
         alone are not work: an idle engine stays idle while peers are served."""
-        if self._conn is not None and not self._conn.closed:
-            self._conn.pump()
+        self._take_answers()
         return bool(self._finished or self._loads or self._stores or self._work_in_flight
                     or self._book.releasing_count or any(p.pending for p in self._probes.values()))
 
@@ -538,7 +563,11 @@ class KvpeerSecondaryTier(SecondaryTierManager):
             if conn is None or conn.closed or time.monotonic() >= deadline:
                 return False
             self._send_poll(conn, wait_ms=_BLOCKING_POLL_MS)
-            conn.wait(lambda: not self._poll_in_flight, _BLOCKING_POLL_MS / 1000.0 + 5.0)
+            try:
+                conn.wait(lambda: not self._poll_in_flight, _BLOCKING_POLL_MS / 1000.0 + 5.0)
+            except ProtocolError as e:
+                self._connection_lost(str(e))
+                return False
         return True
 
     def drain_jobs(self) -> None:
@@ -581,6 +610,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
                 self._submit(conn, "finish", self._log_refusal("finish"), kv_request_id=kv_request_id)
             self._wait_outstanding(self._shutdown_timeout_s)
         self._fail_everything()
+        self._broken = "shut down"
         if self._conn is not None:
             self._conn.close()
         self._broken = "shut down"
