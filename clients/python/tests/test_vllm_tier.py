@@ -175,6 +175,51 @@ class SymmetricTest(TierTestCase):
             b.finish_request(ctx)
 
 
+    def test_both_directions_at_once(self):
+        """A loads B's blocks while B loads A's, over the same pair of
+        daemons, in the same steps."""
+        a = self.vllm_engine(self.a, "a")
+        b = self.vllm_engine(self.b, "b")
+        ka, kb = make_keys("from-a", 5), make_keys("from-b", 5)
+        self.publish(a, ka)
+        self.publish(b, kb)
+        # One session between the nodes first: when both daemons dial each
+        # other at the same moment, kvpeerd may close as the duplicate a
+        # session it had already called ready, failing the probes sent on it
+        # (docs/vllm.md, "Known limits"; the cost is a recompute).
+        with self.a.client() as c:
+            c.connect(self.b.listen)
+        ctx_a = a.new_request("a-x", self.source_params(self.b, "bi-a"))
+        ctx_b = b.new_request("b-x", self.source_params(self.a, "bi-b"))
+        deadline = time.monotonic() + 20
+        done = {}
+        while len(done) < 2 and time.monotonic() < deadline:
+            for name, engine, keys, ctx in (("a", a, kb, ctx_a), ("b", b, ka, ctx_b)):
+                if name not in done:
+                    hits = engine.lookup_prefix(keys, ctx)
+                    if hits is not None:
+                        done[name] = hits
+                engine.schedule_end()
+            time.sleep(0.002)
+        self.assertEqual(done, {"a": 5, "b": 5})
+        self.assert_blocks(a, kb)
+        self.assert_blocks(b, ka)
+
+    def test_job_edge_cases(self):
+        """vLLM's P2P manager tests, the parts that apply: a load with no
+        keys succeeds at once; a load for a request without a source fails;
+        a store for a plain request is published (not parked)."""
+        import array as _array
+        from vllm.v1.kv_offload.tiering.base import TransferJob
+        b = self.vllm_engine(self.b, "b")
+        ctx = b.new_request("e-1", self.source_params(self.a, "edge-1"))
+        plain = b.new_request("e-2")
+        b.tier.submit_load(TransferJob(100, [], _array.array("q"), True, ctx))
+        b.tier.submit_load(TransferJob(101, [b"k" * 36], _array.array("q", [0]), True, plain))
+        results = {r.job_id: r.success for r in b.tier.get_finished_jobs()}
+        self.assertEqual(results, {100: True, 101: False})
+
+
 class DisaggregatedTest(TierTestCase):
     def test_prefill_stores_for_decoder_which_loads_without_probe(self):
         """A (prefiller, remote_decoder) stores the request's blocks as
@@ -241,6 +286,8 @@ class FailureTest(TierTestCase):
         self.assertEqual(b.lookup_prefix(keys, ctx), 0, "a failed request's lookups miss")
         self.assertTrue(all(b.cpu.lookup(k) is LookupResult.MISS for k in keys))
         self.assertEqual(b.tier.counters.total(Names.LOAD_FAILURES, "peer_lost"), 1)
+        b.finish_request(ctx)
+        self.assertNotIn("kill-1", b.tier._failed, "finishing the request forgets its failure (as vLLM does)")
 
     def test_request_finished_mid_load(self):
         """vLLM finishes the request while its load is in flight: the load
@@ -383,6 +430,35 @@ class LifecycleTest(TierTestCase):
 
 
 class ConfigTest(TierTestCase):
+    def test_hash_seed_read_lazily_and_must_match(self):
+        """The seed is read at the first request, after vLLM's
+        init_none_hash (not when the tier is built); engines whose seeds
+        differ (xxhash's random per-process seed) never share, engines with
+        the same PYTHONHASHSEED do."""
+        from vllm.v1.core import kv_cache_utils
+        self.addCleanup(setattr, kv_cache_utils, "_NONE_HASH_SEED", kv_cache_utils._NONE_HASH_SEED)
+        saved = os.environ.pop("PYTHONHASHSEED", None)
+        self.addCleanup(lambda: os.environ.__setitem__("PYTHONHASHSEED", saved) if saved is not None
+                        else os.environ.pop("PYTHONHASHSEED", None))
+        a = self.vllm_engine(self.a, "a")  # built before the seed is known
+        b = self.vllm_engine(self.b, "b")
+        kv_cache_utils.init_none_hash_seed(cryptographic=False)  # a random seed for A
+        keys = make_keys("seed", 2)
+        self.publish(a, keys)
+        kv_cache_utils.init_none_hash_seed(cryptographic=False)  # another for B
+        ctx = b.new_request("s-1", self.source_params(self.a, "seed-1"))
+        self.assertEqual(self.fetch(b, keys, ctx), 0, "different seeds: refused, so every key misses")
+        b.finish_request(ctx)
+
+        c = self.vllm_engine(self.start_daemon("node-c"), "c")
+        d = self.vllm_engine(self.start_daemon("node-d"), "d")
+        os.environ["PYTHONHASHSEED"] = "4242"
+        kv_cache_utils.init_none_hash_seed(cryptographic=False)
+        self.publish(c, keys)
+        ctx = d.new_request("s-2", self.source_params(self.daemons[-2], "seed-2"))
+        self.assertEqual(self.fetch(d, keys, ctx), 2, "the same PYTHONHASHSEED: shared")
+        self.assert_blocks(d, keys)
+
     def test_bad_settings_are_refused_clearly(self):
         region = VllmRegion(f"cfg-{uuid.uuid4().hex[:8]}", 4, ROW)
         self.addCleanup(region.close)

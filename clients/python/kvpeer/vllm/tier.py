@@ -353,7 +353,9 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         source = req_context.get_state(Source)
         if source is None:
             return LookupResult.MISS
-        self._take_answers()
+        # No reading here: every lookup of a step sees the same answers (taken
+        # in at the step's first call), so a step never promotes some hits of
+        # a round and leaves others for a round the load has already closed.
         if self._broken or source.kv_request_id in self._failed:
             return LookupResult.MISS
         if not source.probe:
