@@ -15,9 +15,12 @@ logged, since vLLM passes the whole entry and has added arguments before):
      "socket": "/run/kvpeer/kvpeerd.sock",
      "publish_budget_bytes": <bytes of CPU tier the daemon may serve from>}
 
-Every method except `drain_jobs` and `shutdown` returns without waiting:
-requests go out on one pipelined connection and answers are taken in
-whenever the scheduler calls next (`poll` with wait_ms 0, once per step).
+Every method except `drain_jobs` and `shutdown` returns without waiting on
+a peer: requests go out on one pipelined connection and answers are taken in
+at the step's first call (`poll` with wait_ms 0, once per step). The one
+wait is on the engine's own daemon, once, at the first request: the answer
+to `hello` (bounded to 5 s), because the region's descriptor must reach the
+daemon in a read of its own.
 """
 
 from __future__ import annotations
@@ -117,6 +120,10 @@ class KvpeerSecondaryTier(SecondaryTierManager):
             raise ValueError(f"kvpeer tier: 'publish_budget_bytes' must be an integer >= 0, "
                              f"got {publish_budget_bytes!r}")
         self._budget_bytes = publish_budget_bytes
+        if publish_budget_bytes > region_bytes // 2:
+            logger.warning("kvpeer tier: publish_budget_bytes %d is more than half the CPU tier (%d bytes): "
+                           "published blocks stay pinned, so vLLM has little left to evict and store into",
+                           publish_budget_bytes, region_bytes)
         self._book = PublishBook(min(publish_budget_bytes // self._row_stride, self._num_blocks))
 
         self._conn: Optional[PipelinedClient] = None
