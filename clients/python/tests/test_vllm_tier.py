@@ -428,6 +428,18 @@ class LifecycleTest(TierTestCase):
         self.assertIsNone(a.tier.broken)
         self.assertEqual(a.tier.on_new_request(a.new_request("z")).policy, OffloadPolicy.BLOCK_LEVEL)
 
+    def test_metric_definitions_cover_what_get_stats_reports(self):
+        """vLLM declares a tier's metrics before building it; every name
+        get_stats reports must be declared, with its labels."""
+        defs = KvpeerSecondaryTier.build_metric_definitions({"type": "KvpeerSecondaryTier"})
+        self.assertEqual(set(defs), {v for k, v in vars(Names).items() if not k.startswith("_")})
+        self.assertEqual(defs[Names.LOAD_FAILURES].labelnames, ("reason",))
+        a = self.vllm_engine(self.a, "a")
+        self.publish(a, make_keys("m", 2))
+        stats = a.tier.get_stats()
+        self.assertLessEqual(set(stats.data["data"]), set(defs))
+        self.assertEqual(stats.data["data"][Names.PUBLISHED_BLOCKS][()], 2)
+
 
 class ConfigTest(TierTestCase):
     def test_hash_seed_read_lazily_and_must_match(self):
