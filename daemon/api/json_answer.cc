@@ -31,15 +31,19 @@ void AppendJsonString(std::string* out, std::string_view text) {
 }
 
 void AppendOkAnswer(std::string* out, const json::value& id, const json::object& fields) {
+  json::serializer serializer;  // one for the whole line: reset() reuses it
   out->append("{\"id\":");
-  AppendJson(out, id);
+  serializer.reset(&id);
+  Drain(serializer, out);
   out->append(",\"ok\":true");
   for (const json::key_value_pair& field : fields) {
     if (field.key() == "id" || field.key() == "ok") continue;
     out->push_back(',');
-    AppendJsonString(out, field.key());
+    serializer.reset(field.key());
+    Drain(serializer, out);
     out->push_back(':');
-    AppendJson(out, field.value());
+    serializer.reset(&field.value());
+    Drain(serializer, out);
   }
   out->append("}\n");
 }
