@@ -614,7 +614,11 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       report.details()["lookup_idle_two_call_us"] = Summary(idle_two);
       report.details()["lookup_idle_paced_two_call_us"] = Summary(paced_two);
       report.details()["control_op_us"] = Summary(control);
-      report.Add(Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us));
+      Figure op_cpu = Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us);
+      op_cpu.goal = Goal::kValueMax;
+      op_cpu.target = 8;
+      op_cpu.target_text = "<= 8 us";
+      report.Add(op_cpu);
       // Includes the finish after each lookup and the engine's repeated
       // lookups until the answer is known.
       report.details()["lookup_cpu_us"] = json::object{{"producer_per_lookup", lookup_cpu_a_us},
@@ -872,10 +876,21 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
       const double consumer_cpu_us =
           static_cast<double>(cluster.consumer().CpuNs() - consumer_cpu0) / 1e3 / (static_cast<double>(n) * repeats);
       if (n == max_n) {
-        report.Add(Fig("burst_consumer_cpu_us_per_request_" + std::to_string(n) + "_peers_" + std::to_string(peers),
-                       "consumer daemon CPU per lookup+load, " + where, "us", consumer_cpu_us));
-        report.Add(Fig("burst_requests_per_s_" + std::to_string(n) + "_peers_" + std::to_string(peers),
-                       "lookup+load throughput, " + where, "req/s", r.seconds > 0 ? n * repeats / r.seconds : 0.0));
+        // Issue 14's goals, for one peer (docs/performance.md, "The targets").
+        Figure cpu = Fig("burst_consumer_cpu_us_per_request_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+                         "consumer daemon CPU per lookup+load, " + where, "us", consumer_cpu_us);
+        Figure rate = Fig("burst_requests_per_s_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+                          "lookup+load throughput, " + where, "req/s", r.seconds > 0 ? n * repeats / r.seconds : 0.0);
+        if (peers == 1) {
+          cpu.goal = Goal::kValueMax;
+          cpu.target = 30;
+          cpu.target_text = "<= 30 us";
+          rate.goal = Goal::kValueMin;
+          rate.target = 40000;
+          rate.target_text = ">= 40000 req/s";
+        }
+        report.Add(cpu);
+        report.Add(rate);
       }
       json::object d = Summary(r.latencies_us);
       d["seconds"] = r.seconds;
