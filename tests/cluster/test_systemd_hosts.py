@@ -62,8 +62,15 @@ class Container:
         argv += ["-b"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._boot()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _boot(self):
         self.leader = None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while self.leader is None and time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"systemd-nspawn exited {self.proc.returncode}: {self.log()}")
@@ -71,9 +78,16 @@ class Container:
             time.sleep(0.1)
         if self.leader is None:
             raise RuntimeError("no systemd in the container")
-        state = self.sh("timeout 90 systemctl is-system-running --wait", check=False).stdout.strip()
-        if state not in ("running", "degraded"):
-            raise RuntimeError(f"container did not boot: {state}\n{self.log()}")
+        # Until its systemd answers on its bus (right after the exec, systemctl cannot connect yet).
+        state, err = "", ""
+        while time.monotonic() < deadline:
+            p = self.sh("timeout 60 systemctl is-system-running --wait", check=False)
+            state, err = p.stdout.strip(), p.stderr.strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(0.3)
+        else:
+            raise RuntimeError(f"container did not boot: {state!r} {err!r}\n{self.log()}")
 
     def _child_systemd(self):
         for pid in os.listdir("/proc"):
