@@ -173,7 +173,13 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   struct QueuedFrame {
     session::OutFrame frame;
     std::string head;
+    // Bytes of `head` already on the wire (control frames only: a direct
+    // write the socket took part of; the writer finishes the frame).
+    size_t written = 0;
   };
+  // Control frames written by one gathered write at most (Asio passes at
+  // most 64 buffers to one sendmsg).
+  static constexpr size_t kMaxGatheredFrames = 64;
 
   // The session's identity check under TLS (session::IdentityCheck).
   Status CheckIdentity(const std::string& peer_id) const;
@@ -183,9 +189,27 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // slot's file no longer holds it the load fails and the frame is dropped.
   void OnStagedBytes(size_t n);
   boost::asio::awaitable<void> WriteLoop();
+  // Writes the data frame at the front of the queue, then counts it.
+  boost::asio::awaitable<void> WriteDataFrame(boost::system::error_code& ec);
   // Writes one frame piece by piece, noting each byte the socket accepts.
   // True when the frame's source was torn (it went out padded with zeros).
   boost::asio::awaitable<bool> WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec);
+  // Writes the control frames at the front of the queue (at most
+  // kMaxGatheredFrames) with one gathered write each time the socket takes
+  // bytes; while lingering only the frame the socket already took part of.
+  boost::asio::awaitable<void> WriteControlFrames(boost::system::error_code& ec);
+  // Plain TCP, the writer idle: the control frames at the front of the
+  // queue go out now, without a hop through the writer (see Enqueue).
+  void WriteControlFramesNow();
+  // Posts one WriteControlFramesNow for the end of this turn of the io_context.
+  void FlushControlFramesLater();
+  bool MayWriteControlFramesNow() const;
+  // `n` more bytes of `queued`'s head are on the wire; true when it is whole
+  // (then it is counted as sent).
+  bool HeadWritten(QueuedFrame& queued, size_t& n);
+  // The frame at the front of the queue is partly on the wire: nothing may
+  // be written before it is finished.
+  bool FrontHalfWritten() const { return !write_queue_.empty() && write_queue_.front().written > 0; }
   void OnTornFrameWritten(const protocol::BlockData& data);
   // The write-progress liveness check (wire spec section 4 step 8).
   bool WriterStalled() const;
@@ -238,6 +262,13 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   std::unique_ptr<session::PeerSession> session_;
   protocol::FrameDecoder decoder_;
   std::deque<QueuedFrame> write_queue_;
+  // The writer's batch of control frames being written (reused).
+  std::vector<QueuedFrame> control_batch_;
+  std::vector<boost::asio::const_buffer> gathered_;      // their buffers (reused)
+  std::vector<boost::asio::const_buffer> gathered_now_;  // WriteControlFramesNow's (reused)
+  // A flush of the control frames queued during this turn of the
+  // io_context is posted (see Enqueue).
+  bool flush_posted_ = false;
   uint64_t queued_bytes_ = 0;  // sum of the queued heads
   uint64_t queued_bytes_peak_ = 0;
   uint64_t max_queued_bytes_ = 0;
