@@ -233,10 +233,15 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       // and into the slot only a whole piece at a time (OnStagedBytes).
       const bool into_slot = payload && stream_.zero_copy();
       const bool staged = payload && !stream_.zero_copy() && !decoder_.discarding_payload();
+      // Plain TCP between payloads: one read takes the next frames' prefixes
+      // and headers together (FeedReadAhead).
+      const bool read_ahead = !payload && stream_.zero_copy();
       asio::mutable_buffer into(target.data(), target.size());
       if (staged) {
         const std::span<uint8_t> room = staging_.Room(target);
         into = asio::buffer(room.data(), room.size());
+      } else if (read_ahead) {
+        into = asio::buffer(read_ahead_);
       }
       reading_into_slot_ = into_slot;
       // The slot lets DivertAbandonedFrame take a pending read back from a
@@ -249,6 +254,10 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
         bytes_received_ += n;
+        if (read_ahead) {
+          if (!FeedReadAhead(std::span<const uint8_t>(read_ahead_.data(), n))) break;
+          continue;
+        }
         if (staged) {
           OnStagedBytes(n);
         } else {
@@ -277,6 +286,38 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     if (!ProcessDecoderState()) break;
   }
   if (phase_.lingering()) co_await DiscardUntilPeerCloses();
+}
+
+// The frames in one read are decoded and acted on in order, each under the
+// limits the session sets for it (the first frames may be the handshake).
+// Payload bytes that came with a header are placed into their slot through
+// the region's descriptor (PlaceReadAhead), never through the mapping.
+bool PeerConnection::FeedReadAhead(std::span<const uint8_t> bytes) {
+  using State = protocol::FrameDecoder::State;
+  while (!bytes.empty()) {
+    if (closed()) return false;
+    if (decoder_.state() == State::kReadingPrefix)
+      decoder_.SetMaxLengths(session_->MaxInboundHeaderLen(), session_->MaxInboundPayloadLen());
+    const bool into_slot = decoder_.state() == State::kReadingPayload && !decoder_.discarding_payload();
+    const size_t used = into_slot ? PlaceReadAhead(bytes) : decoder_.Feed(bytes);
+    bytes = bytes.subspan(used);
+    if (!ProcessDecoderState()) return false;
+  }
+  return true;
+}
+
+size_t PeerConnection::PlaceReadAhead(std::span<const uint8_t> bytes) {
+  const std::span<uint8_t> slot = decoder_.WritableSpan();
+  const size_t n = std::min(slot.size(), bytes.size());
+  session_->NoteBytesReceived();
+  const bool placed = ShmRegion::WriteMapped(slot.data(), bytes.first(n));
+  if (!placed) {
+    session_->FailOpenFrame("a destination slot is no longer backed by its file (engine region truncated?)");
+    decoder_.DiscardRestOfPayload();  // these bytes count as a late read of the dropped rest
+  }
+  decoder_.Commit(n);
+  if (!placed) AfterSessionActivity();
+  return n;
 }
 
 void PeerConnection::OnStagedBytes(size_t n) {

@@ -1,10 +1,14 @@
 // PeerConnection: one TCP connection to one peer node, owning its
 // PeerSession and the bytes moving through it.
 //
-// Reading is zero-copy for block data on plain TCP: every read goes exactly
-// where the FrameDecoder wants its next bytes (prefix, header, or, once a
-// block_data header is accepted, the destination slots the session names),
-// so payload bytes are never copied in user space. Under TLS the payload is
+// Reading is zero-copy for block data on plain TCP: between payloads one read
+// takes what the socket holds, up to kReadAheadBytes (the next frames'
+// prefixes and headers: a burst of control frames costs one read, not two
+// a frame); once a block_data header is accepted, every read goes exactly
+// into the destination slots the session names, so payload bytes are not
+// copied in user space, except those that came in the same read as their
+// header (at most kReadAheadBytes a frame, placed through the region's
+// descriptor). Under TLS the payload is
 // decrypted into a staging buffer and copied into its slot only a whole
 // block (at most BlockStaging::kMaxPieceBytes) at a time. Writing is one FIFO of frames: the
 // session's control frames are appended as they are sent, and a data frame is
@@ -180,6 +184,8 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Control frames written by one gathered write at most (Asio passes at
   // most 64 buffers to one sendmsg).
   static constexpr size_t kMaxGatheredFrames = 64;
+  // One read between payloads (plain TCP) takes at most this many bytes.
+  static constexpr size_t kReadAheadBytes = 8 * 1024;
 
   // The session's identity check under TLS (session::IdentityCheck).
   Status CheckIdentity(const std::string& peer_id) const;
@@ -188,6 +194,11 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // placed into its slot through the region's descriptor, and when that
   // slot's file no longer holds it the load fails and the frame is dropped.
   void OnStagedBytes(size_t n);
+  // Plain TCP: `bytes` arrived between payloads; false once the connection
+  // must stop reading.
+  bool FeedReadAhead(std::span<const uint8_t> bytes);
+  // Payload bytes of the read-ahead into the current slot; how many.
+  size_t PlaceReadAhead(std::span<const uint8_t> bytes);
   boost::asio::awaitable<void> WriteLoop();
   // Writes the data frame at the front of the queue, then counts it.
   boost::asio::awaitable<void> WriteDataFrame(boost::system::error_code& ec);
@@ -303,6 +314,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // piece at a time (BlockStaging, at most kMaxPieceBytes).
   std::vector<uint8_t> bounce_out_;
   BlockStaging staging_;
+  std::array<uint8_t, kReadAheadBytes> read_ahead_{};
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
