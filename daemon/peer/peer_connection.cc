@@ -612,9 +612,12 @@ asio::awaitable<void> PeerConnection::WriteDataFrame(boost::system::error_code& 
 // cannot pull the bytes of a write in flight away.
 asio::awaitable<void> PeerConnection::WriteControlFrames(boost::system::error_code& ec) {
   control_batch_.clear();
+  size_t batch_bytes = 0;
   while (!write_queue_.empty() && control_batch_.size() < kMaxGatheredFrames &&
          !IsDataFrame(write_queue_.front().frame)) {
     if (phase_.lingering() && write_queue_.front().written == 0) break;
+    batch_bytes += write_queue_.front().head.size();
+    if (!control_batch_.empty() && batch_bytes > kMaxGatheredBytes) break;
     queued_bytes_ -= write_queue_.front().head.size();
     control_batch_.push_back(std::move(write_queue_.front()));
     write_queue_.pop_front();

@@ -184,6 +184,10 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // Control frames written by one gathered write at most (Asio passes at
   // most 64 buffers to one sendmsg).
   static constexpr size_t kMaxGatheredFrames = 64;
+  // The writer's batch leaves the queue's byte count when it starts, so it
+  // takes at most this many bytes (or one frame): what the writer holds
+  // beyond max_queued_bytes_ stays about what one frame was before batches.
+  static constexpr size_t kMaxGatheredBytes = 64 * 1024;
   // One read between payloads (plain TCP) takes at most this many bytes.
   static constexpr size_t kReadAheadBytes = 8 * 1024;
 
