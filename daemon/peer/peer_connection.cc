@@ -234,8 +234,10 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       const bool into_slot = payload && stream_.zero_copy();
       const bool staged = payload && !stream_.zero_copy() && !decoder_.discarding_payload();
       // Plain TCP between payloads: one read takes the next frames' prefixes
-      // and headers together (FeedReadAhead).
-      const bool read_ahead = !payload && stream_.zero_copy();
+      // and headers together (FeedReadAhead). Not right after a payload: in
+      // a stream of data frames (bulk) the next payload comes straight from
+      // the socket into its slots, as the exact reads take it.
+      const bool read_ahead = !payload && stream_.zero_copy() && !last_frame_had_payload_;
       asio::mutable_buffer into(target.data(), target.size());
       if (staged) {
         const std::span<uint8_t> room = staging_.Room(target);
@@ -421,6 +423,7 @@ bool PeerConnection::OnHeaderReady() {
 
 void PeerConnection::OnFrameReady() {
   const auto& message = decoder_.message();
+  last_frame_had_payload_ = decoder_.payload_len() > 0;
   CountReceived(message);
   const uint64_t refused = session_->RoundsRefused();
   if (const auto* block_data = std::get_if<protocol::BlockData>(&message)) {

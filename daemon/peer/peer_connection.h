@@ -1,14 +1,15 @@
 // PeerConnection: one TCP connection to one peer node, owning its
 // PeerSession and the bytes moving through it.
 //
-// Reading is zero-copy for block data on plain TCP: between payloads one read
-// takes what the socket holds, up to kReadAheadBytes (the next frames'
-// prefixes and headers: a burst of control frames costs one read, not two
-// a frame); once a block_data header is accepted, every read goes exactly
-// into the destination slots the session names, so payload bytes are not
-// copied in user space, except those that came in the same read as their
-// header (at most kReadAheadBytes a frame, placed through the region's
-// descriptor). Under TLS the payload is
+// Reading is zero-copy for block data on plain TCP: after a frame without
+// payload one read takes what the socket holds, up to kReadAheadBytes (the
+// next frames' prefixes and headers: a burst of control frames costs one
+// read, not two a frame); after a frame with payload every read goes
+// exactly where the FrameDecoder wants its next bytes (prefix, header, or,
+// once a block_data header is accepted, the destination slots the session
+// names), so in a stream of data frames payload bytes are never copied in
+// user space. Payload bytes that came in a read-ahead with their header (at
+// most kReadAheadBytes a frame) are placed through the region's descriptor. Under TLS the payload is
 // decrypted into a staging buffer and copied into its slot only a whole
 // block (at most BlockStaging::kMaxPieceBytes) at a time. Writing is one FIFO of frames: the
 // session's control frames are appended as they are sent, and a data frame is
@@ -319,6 +320,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   std::vector<uint8_t> bounce_out_;
   BlockStaging staging_;
   std::array<uint8_t, kReadAheadBytes> read_ahead_{};
+  bool last_frame_had_payload_ = false;  // the next read is exact (ReadLoop)
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
