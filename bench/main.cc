@@ -356,7 +356,9 @@ void ReportChecksumCost(const std::string& name, const std::vector<double>& on_g
 
 // The cost of `publish` with `seal` (control-api.md section 2): the whole
 // source region published again, sealed and not, interleaved; the median
-// difference per MiB is what sealing adds.
+// difference per MiB is what sealing adds. Sealed last: the bulk rounds
+// that follow must find the region as every source is published (sealed,
+// bench/scenarios.cc), or the block sizes would not be compared alike.
 void MeasureSealCost(SourceEngine& source, uint64_t block, const Sizes& sizes, Report& report) {
   Progress("daemons: publish, sealed and not");
   std::vector<double> sealed_us, plain_us;
@@ -377,6 +379,7 @@ void MeasureSealCost(SourceEngine& source, uint64_t block, const Sizes& sizes, R
 // every vector comes from pair i.
 struct RoundSamples {
   std::vector<double> raw_gbps, raw_cpu, daemon_gbps, daemon_cpu, engine_cpu, plain_gbps, plain_cpu;
+  std::vector<double> unsealed_gbps, unsealed_cpu;  // the same daemons, the source published without seal
 };
 
 std::string SecondsText(double seconds) {
@@ -402,6 +405,16 @@ json::object RawJson(const RawTransfer& raw, double started_s) {
 // when `plain` is given): A B A B ..., so that both members of a pair see
 // the machine in the same state and slow drift lands in both. Each round's
 // start (CLOCK_MONOTONIC, as the progress lines) is in its JSON item.
+// A round with the source published without seal, so the producer hashes
+// each block as it serves it (wire-protocol.md section 7); sealed again
+// after, as every other round finds it. The publishes are outside the round.
+BulkFigures MeasuredUnsealedBulk(Pair& pair, const BulkConfig& config, const std::string& tag) {
+  pair.source->RepublishNs(false);
+  const BulkFigures figures = MeasuredBulk(pair, config, "bulk-unsealed-" + tag);
+  pair.source->RepublishNs(true);
+  return figures;
+}
+
 RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const BulkConfig& config,
                                   const Sizes& sizes, Report& report, std::vector<std::string>* problems) {
   const std::string name = SizeName(block);
@@ -432,6 +445,10 @@ RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const
       json::object off_item = BulkJson(off);
       off_item["started_s"] = plain_started;
       item["checksums_off"] = std::move(off_item);
+      const BulkFigures unsealed = MeasuredUnsealedBulk(pair, config, name + "-" + std::to_string(round));
+      samples.unsealed_gbps.push_back(unsealed.result.GBps());
+      samples.unsealed_cpu.push_back(unsealed.daemons_cpu_s_per_gb);
+      item["unsealed"] = BulkJson(unsealed);
     }
     rounds.push_back(std::move(item));
     if (f.result.verified_blocks == 0 || !(f.result.GBps() > 0) || raw.bytes == 0) {
@@ -444,7 +461,8 @@ RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const
       json::object{{"pairs", sizes.rounds},
                    {"min_bytes", config.total_bytes},
                    {"min_seconds", config.min_seconds},
-                   {"order", "raw TCP, daemons, daemons with checksums off (1 MiB only), per pair"},
+                   {"order", "raw TCP, daemons, daemons with checksums off, daemons with the source unsealed "
+                             "(the last two at 1 MiB only), per pair"},
                    {"spread", "min, max and interquartile range (q1, q3 interpolated between closest ranks)"}};
   return samples;
 }
@@ -497,6 +515,17 @@ void ReportRounds(const std::string& name, bool first, const RoundSamples& s, co
   report.Add(PairRatioFigure("bulk_" + name + "_checksum_cpu_pair_ratio",
                              "daemons' CPU per GB checksums on / off, " + name + ", median of pairs", s.daemon_cpu,
                              s.plain_cpu, Goal::kValueMax, 1.15, "<= 1.15x"));
+  if (s.unsealed_gbps.empty()) return;
+  report.Add(MedianFigure("bulk_" + name + "_unsealed_GBps", "bulk fetch " + name + " blocks, source unsealed",
+                          "GB/s", s.unsealed_gbps));
+  report.Add(MedianFigure("bulk_" + name + "_unsealed_cpu_s_per_GB",
+                          "CPU of both daemons per GB, " + name + ", source unsealed", "s/GB", s.unsealed_cpu));
+  report.Add(PairRatioFigure("bulk_" + name + "_unsealed_pair_ratio",
+                             "bulk " + name + " source unsealed / raw TCP, median of pairs", s.unsealed_gbps,
+                             s.raw_gbps, Goal::kNone, 0, "-"));
+  report.Add(PairRatioFigure("bulk_" + name + "_unsealed_cpu_pair_ratio",
+                             "daemons' CPU per GB / raw pair's, " + name + ", source unsealed, median of pairs",
+                             s.unsealed_cpu, s.raw_cpu, Goal::kNone, 0, "-"));
 }
 
 void RunBulkPart(const std::string& binary, const std::string& dir, const Options& options, const Sizes& sizes,
@@ -585,7 +614,11 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       report.details()["lookup_idle_two_call_us"] = Summary(idle_two);
       report.details()["lookup_idle_paced_two_call_us"] = Summary(paced_two);
       report.details()["control_op_us"] = Summary(control);
-      report.Add(Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us));
+      Figure op_cpu = Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us);
+      op_cpu.goal = Goal::kValueMax;
+      op_cpu.target = 8;
+      op_cpu.target_text = "<= 8 us";
+      report.Add(op_cpu);
       // Includes the finish after each lookup and the engine's repeated
       // lookups until the answer is known.
       report.details()["lookup_cpu_us"] = json::object{{"producer_per_lookup", lookup_cpu_a_us},
@@ -843,10 +876,21 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
       const double consumer_cpu_us =
           static_cast<double>(cluster.consumer().CpuNs() - consumer_cpu0) / 1e3 / (static_cast<double>(n) * repeats);
       if (n == max_n) {
-        report.Add(Fig("burst_consumer_cpu_us_per_request_" + std::to_string(n) + "_peers_" + std::to_string(peers),
-                       "consumer daemon CPU per lookup+load, " + where, "us", consumer_cpu_us));
-        report.Add(Fig("burst_requests_per_s_" + std::to_string(n) + "_peers_" + std::to_string(peers),
-                       "lookup+load throughput, " + where, "req/s", r.seconds > 0 ? n * repeats / r.seconds : 0.0));
+        // Issue 14's goals, for one peer (docs/performance.md, "The targets").
+        Figure cpu = Fig("burst_consumer_cpu_us_per_request_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+                         "consumer daemon CPU per lookup+load, " + where, "us", consumer_cpu_us);
+        Figure rate = Fig("burst_requests_per_s_" + std::to_string(n) + "_peers_" + std::to_string(peers),
+                          "lookup+load throughput, " + where, "req/s", r.seconds > 0 ? n * repeats / r.seconds : 0.0);
+        if (peers == 1) {
+          cpu.goal = Goal::kValueMax;
+          cpu.target = 30;
+          cpu.target_text = "<= 30 us";
+          rate.goal = Goal::kValueMin;
+          rate.target = 40000;
+          rate.target_text = ">= 40000 req/s";
+        }
+        report.Add(cpu);
+        report.Add(rate);
       }
       json::object d = Summary(r.latencies_us);
       d["seconds"] = r.seconds;

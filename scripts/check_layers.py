@@ -48,8 +48,12 @@ COMPONENTS = {
     # kvpeerctl speaks the control API; from config it takes the default
     # socket path, host:port syntax, Printable and version.h, never the daemon.
     "cli": ["base", "config"],
-    # kvpeer-bench talks to daemons only through their sockets and /proc.
-    "bench": [],
+    # The C++ engines' client: control-api.md over the socket, nothing of
+    # the daemon, so engines link it alone.
+    "clients/cpp": [],
+    # kvpeer-bench talks to daemons only through their sockets (with the
+    # engines' client) and /proc.
+    "bench": ["clients/cpp"],
 }
 
 # CMake library -> its component, for the target_link_libraries check.
@@ -65,6 +69,13 @@ LIBRARIES = {
     "kvpeer_peer": "daemon/peer",
     "kvpeer_daemon": "daemon",
     "kvpeer_cli": "cli",
+    "kvpeer_client": "clients/cpp",
+}
+
+# Installed headers included as <prefix/...> or "prefix/..." -> the folder
+# under the source root that holds them.
+INCLUDE_ROOTS = {
+    "kvpeer/": "clients/cpp/include/kvpeer/",
 }
 
 # Headers generated at configure time -> the template they come from.
@@ -163,6 +174,9 @@ def check_includes(root, rel, comp, errors):
             if not m:
                 continue
             bracket, target = m.group(1), m.group(2).strip()
+            for prefix, folder in INCLUDE_ROOTS.items():
+                if target.startswith(prefix):
+                    target = folder + target[len(prefix):]
             first = target.split("/")[0]
             if bracket == "<" and component_of(first + "/x") is None:
                 continue  # a system or third-party header

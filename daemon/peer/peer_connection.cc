@@ -1,5 +1,9 @@
 #include "daemon/peer/peer_connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -36,6 +40,19 @@ constexpr auto kMaxLinger = std::chrono::seconds(1);
 // Lookups awaiting their lookup_resp for the round-trip histogram; a peer
 // that never answers cannot grow this beyond the bound.
 constexpr size_t kMaxLookupsAwaiting = 4096;
+// Unsent bytes the kernel may hold for a peer socket before it reports the
+// socket not writable: a control frame queued behind bulk data waits for
+// at most this much of it in our send buffer, not for the whole
+// autotuned buffer (docs/performance.md, "Lookups during bulk").
+constexpr int kNotSentLowWaterBytes = 256 * 1024;
+
+// Small frames go out at once; bulk data does not pile up unsent.
+void TunePeerSocket(tcp::socket& socket) {
+  socket.set_option(tcp::no_delay(true));
+  // Best effort: a kernel without it still works, only with longer queues.
+  (void)::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kNotSentLowWaterBytes,
+                     sizeof(kNotSentLowWaterBytes));
+}
 
 bool IsDataFrame(const session::OutFrame& frame) { return std::holds_alternative<protocol::BlockData>(frame.message); }
 
@@ -88,7 +105,7 @@ std::string PeerConnection::remote_address() const {
 
 void PeerConnection::StartAccepted() {
   remote_ = remote_address();
-  socket_.set_option(tcp::no_delay(true));
+  TunePeerSocket(socket_);
   session_->Start();
   if (stream_.needs_handshake()) {
     // Our connect waits in the queue until the TLS handshake is done; the
@@ -173,7 +190,7 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
   }
   remote_.clear();  // the address actually connected to
   remote_ = remote_address();
-  socket_.set_option(tcp::no_delay(true));
+  TunePeerSocket(socket_);
   if (stream_.needs_handshake()) {
     phase_.Enter(PeerPhase::kTlsHandshake);
     stream_.VerifyPeerName(host);

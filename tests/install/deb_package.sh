@@ -68,6 +68,9 @@ expect 'usr/lib/systemd/system/kvpeerd@\.service' -rw-r--r--
 expect usr/lib/sysusers.d/kvpeer.conf -rw-r--r--
 expect usr/share/doc/kvpeer/README.md -rw-r--r--
 expect usr/share/doc/kvpeer/examples/kvpeerd.example.toml -rw-r--r--
+expect usr/include/kvpeer/client.h -rw-r--r--
+expect "usr/lib/$(gcc -print-multiarch)/pkgconfig/kvpeer-client.pc" -rw-r--r--
+expect "usr/lib/$(gcc -print-multiarch)/libkvpeer-client.a" -rw-r--r--
 if grep -q ' \./etc/' "$out/contents"; then fail "files under /etc: $(grep ' \./etc/' "$out/contents")"; fi
 if grep -vq ' root/root ' "$out/contents"; then fail "files not owned by root: $(grep -v ' root/root ' "$out/contents")"; fi
 

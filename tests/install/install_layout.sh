@@ -58,6 +58,33 @@ for unit in kvpeerd.service kvpeerd@.service; do
   [ -n "$exec_path" ] && [ -x "$root$exec_path" ] || fail "$unit: ExecStart binary '$exec_path' is not installed"
 done
 
+# The C++ client (clients/cpp): headers, library and pkg-config file, and a
+# program built from them alone with what pkg-config says.
+multiarch=$(gcc -print-multiarch)
+for header in client.h answer.h request.h result.h types.h; do
+  expect_file "usr/include/kvpeer/$header" "$src/clients/cpp/include/kvpeer/$header"
+done
+pc="$root/usr/lib/$multiarch/pkgconfig/kvpeer-client.pc"
+if [ ! -f "$root/usr/lib/$multiarch/libkvpeer-client.a" ] || [ ! -f "$pc" ]; then
+  fail "libkvpeer-client.a or kvpeer-client.pc missing under /usr/lib/$multiarch"
+else
+  cat >"$root/engine.cc" <<'PROGRAM'
+#include <kvpeer/client.h>
+int main() {
+  kvpeer::Result<kvpeer::Client> client = kvpeer::Client::Connect("/nonexistent.sock");
+  return !client.ok() && client.error().code == kvpeer::ErrorCode::kConnection ? 0 : 1;
+}
+PROGRAM
+  flags=$(pkg-config --cflags --libs "$pc")  # relocatable: the prefix is found from the .pc file
+  # shellcheck disable=SC2086
+  if ! g++ -o "$root/engine" "$root/engine.cc" $flags 2>"$root/engine.log"; then
+    fail "a program using kvpeer/client.h does not build with pkg-config's flags: $(cat "$root/engine.log")"
+  elif ! "$root/engine"; then
+    fail "a program using kvpeer/client.h built but did not run as expected"
+  fi
+  rm -f "$root/engine" "$root/engine.cc" "$root/engine.log"
+fi
+
 # Nothing outside /usr (no /etc: the package never owns a config file).
 others=$(find "$root" -mindepth 1 -maxdepth 1 ! -name usr -printf '/%P\n')
 [ -z "$others" ] || fail "installed outside /usr: $others"

@@ -260,7 +260,7 @@ class DaemonOpsTest(unittest.TestCase):
         with Client(self.a.socket_path) as c:
             r = c.hello("t", BLOCK_LEN, DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED)
             self.assertEqual(r["node_id"], self.a.node_id, "hello and status must name the node alike")
-            self.assertEqual(r["wire_version"], "1.0")
+            self.assertEqual(r["wire_version"], "1.1")
             self.assertRegex(r["version"], r"^\d+\.\d+\.\d+")
         with Client(self.a.socket_path) as c, self.assertRaises(KvpeerError) as cm:
             c.hello("t", BLOCK_LEN + 1, DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED)
@@ -275,7 +275,7 @@ class DaemonOpsTest(unittest.TestCase):
         host, port = st["listen"].rsplit(":", 1)
         self.assertEqual(host, "127.0.0.1")
         self.assertNotEqual(int(port), 0, "a port 0 listen must show its real port")
-        self.assertEqual(st["wire_version"], "1.0")
+        self.assertEqual(st["wire_version"], "1.1")
         self.assertIsInstance(st["counters"], dict)
         self.assertTrue(all(isinstance(v, int) for v in st["counters"].values()))
 

@@ -76,7 +76,7 @@ TEST_CASE("status answers without hello, with the documented fields") {
   CHECK(status.at("ok") == true);
   CHECK(status.at("node_id") == "node-a:5710");
   CHECK(status.at("listen") == "127.0.0.1:5710");
-  CHECK(status.at("wire_version") == "1.0");
+  CHECK(status.at("wire_version") == "1.1");
   CHECK(status.at("version").is_string());
   CHECK(status.at("uptime_s").is_number());
   CHECK(status.at("config").at("block-len-test") == 64);

@@ -39,7 +39,7 @@ TEST_CASE("hello answers node_id, version and wire_version; a second hello is co
   CHECK(hello.at("ok") == true);
   CHECK(hello.at("id") == 1);
   CHECK(hello.at("node_id") == "node-a:5710");
-  CHECK(hello.at("wire_version") == "1.0");
+  CHECK(hello.at("wire_version") == "1.1");
   CHECK(hello.at("version").is_string());
   CHECK(ErrorCodeOf(client.Call(Hello())) == "conflict");
   json::object status = client.Call({{"op", "status"}});
