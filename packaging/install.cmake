@@ -7,6 +7,7 @@
 #   /usr/lib/sysusers.d/kvpeer.conf          the kvpeer user and group
 #   /usr/share/doc/kvpeer/                   README.md and docs/*.md
 #   /usr/share/doc/kvpeer/examples/kvpeerd.example.toml
+#   /usr/lib/python3/dist-packages/kvpeer/   the Python client and kvpeer.vllm
 #
 # Nothing goes to /etc: the package never owns (or overwrites) a config
 # file; the operator copies the example to /etc/kvpeer/. Units and
@@ -24,6 +25,10 @@ install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpeer.sysusers.conf
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
 install(FILES ${PROJECT_SOURCE_DIR}/config/kvpeerd.example.toml DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+# The Python package (clients/python/kvpeer: the client and vLLM's tier),
+# where Debian's python3 finds it; the tests and caches stay out.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/clients/python/kvpeer DESTINATION lib/python3/dist-packages
+  FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE)
 
 # ---- The Debian package: cpack -G DEB (tests/install/deb_package.sh) ------
 set(CPACK_GENERATOR DEB)
@@ -43,7 +48,8 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION
 # Depends: computed from the binaries' shared libraries (dpkg-shlibdeps).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # systemd-sysusers creates the kvpeer user; the units need systemd anyway.
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS systemd)
+# python3 runs the kvpeer Python package (optional: the daemon needs none).
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "systemd, python3")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
   ${PROJECT_SOURCE_DIR}/packaging/deb/postinst
   ${PROJECT_SOURCE_DIR}/packaging/deb/prerm

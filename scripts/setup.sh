@@ -31,6 +31,7 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev catch2
   libssl-dev openssl libsystemd-dev systemd dpkg-dev libxxhash-dev
   clang libclang-rt-14-dev lcov
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 
 missing=()

@@ -4,6 +4,8 @@
 #include <csignal>
 #include <mutex>
 
+#include "protocol/block_checksum.h"
+
 namespace kvpeer::daemon {
 namespace {
 
@@ -53,11 +55,6 @@ struct OneShot {
   uint64_t digest = 0;
 };
 
-struct Update {
-  XXH3_state_t* state;
-  std::span<const uint8_t> bytes;
-};
-
 }  // namespace
 
 std::optional<uint64_t> GuardedChecksum(std::span<const uint8_t> bytes) {
@@ -65,21 +62,11 @@ std::optional<uint64_t> GuardedChecksum(std::span<const uint8_t> bytes) {
   const bool read = ReadGuarded(
       [](void* context) {
         auto* one = static_cast<OneShot*>(context);
-        one->digest = XXH3_64bits(one->bytes.data(), one->bytes.size());
+        one->digest = protocol::BlockChecksum(std::as_bytes(one->bytes));
       },
       &job);
   if (!read) return std::nullopt;
   return job.digest;
-}
-
-bool GuardedChecksumUpdate(XXH3_state_t& state, std::span<const uint8_t> bytes) {
-  Update job{&state, bytes};
-  return ReadGuarded(
-      [](void* context) {
-        auto* update = static_cast<Update*>(context);
-        XXH3_64bits_update(update->state, update->bytes.data(), update->bytes.size());
-      },
-      &job);
 }
 
 }  // namespace kvpeer::daemon

@@ -19,16 +19,10 @@
 #include <optional>
 #include <span>
 
-#include <xxhash.h>
-
 namespace kvpeer::daemon {
 
 // XXH3-64 (seed 0) of `bytes` (protocol::BlockChecksum), or nullopt when
 // the memory was gone while it was read.
 std::optional<uint64_t> GuardedChecksum(std::span<const uint8_t> bytes);
-
-// Adds `bytes` to a running XXH3 state; false when the memory was gone
-// (the state is then unusable until reset).
-bool GuardedChecksumUpdate(XXH3_state_t& state, std::span<const uint8_t> bytes);
 
 }  // namespace kvpeer::daemon

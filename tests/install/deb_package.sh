@@ -69,6 +69,9 @@ expect usr/lib/sysusers.d/kvpeer.conf -rw-r--r--
 expect usr/share/doc/kvpeer/README.md -rw-r--r--
 expect usr/share/doc/kvpeer/examples/kvpeerd.example.toml -rw-r--r--
 expect usr/include/kvpeer/client.h -rw-r--r--
+expect usr/lib/python3/dist-packages/kvpeer/__init__.py -rw-r--r--
+expect usr/lib/python3/dist-packages/kvpeer/py.typed -rw-r--r--
+expect usr/lib/python3/dist-packages/kvpeer/vllm/__init__.py -rw-r--r--
 expect "usr/lib/$(gcc -print-multiarch)/pkgconfig/kvpeer-client.pc" -rw-r--r--
 expect "usr/lib/$(gcc -print-multiarch)/libkvpeer-client.a" -rw-r--r--
 if grep -q ' \./etc/' "$out/contents"; then fail "files under /etc: $(grep ' \./etc/' "$out/contents")"; fi
@@ -78,6 +81,10 @@ if grep -vq ' root/root ' "$out/contents"; then fail "files not owned by root: $
 dpkg-deb -x "$deb" "$out/root"
 "$out/root/usr/sbin/kvpeerd" --version >/dev/null || fail "packaged kvpeerd does not run"
 "$out/root/usr/bin/kvpeerctl" --version >/dev/null || fail "packaged kvpeerctl does not run"
+# The packaged Python package imports from where the .deb puts it (vLLM's
+# tier included: its vLLM imports happen only when vLLM loads it).
+PYTHONPATH="$out/root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
+  python3 -c 'import kvpeer, kvpeer.client' || fail "the packaged kvpeer Python package does not import"
 
 if [ "$failures" -ne 0 ]; then
   echo "---- dpkg-deb -I ----" >&2; dpkg-deb -I "$deb" >&2

@@ -61,7 +61,7 @@ done
 # The C++ client (clients/cpp): headers, library and pkg-config file, and a
 # program built from them alone with what pkg-config says.
 multiarch=$(gcc -print-multiarch)
-for header in client.h answer.h request.h result.h types.h; do
+for header in client.h answer.h descriptor_passing.h request.h result.h types.h; do
   expect_file "usr/include/kvpeer/$header" "$src/clients/cpp/include/kvpeer/$header"
 done
 pc="$root/usr/lib/$multiarch/pkgconfig/kvpeer-client.pc"

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 
+#include "kvpeer/descriptor_passing.h"
+
 namespace kvpeer::internal {
 namespace {
 
@@ -55,21 +57,9 @@ Result<void> LineSocket::SendLine(std::string_view line, int fd) {
   data.append(line).push_back('\n');
   size_t sent = 0;
   while (sent < data.size()) {
-    iovec iov{data.data() + sent, data.size() - sent};
-    msghdr message{};
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (sent == 0 && fd >= 0) {
-      message.msg_control = control;
-      message.msg_controllen = sizeof(control);
-      cmsghdr* header = CMSG_FIRSTHDR(&message);
-      header->cmsg_level = SOL_SOCKET;
-      header->cmsg_type = SCM_RIGHTS;
-      header->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    }
-    const ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
+    // The descriptor goes with the line's first byte only.
+    const int with = sent == 0 ? fd : -1;
+    const ssize_t n = SendWithDescriptor(fd_, std::string_view(data).substr(sent), with);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Broken("sending to", errno);
     sent += static_cast<size_t>(n);
