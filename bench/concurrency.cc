@@ -155,6 +155,12 @@ InFlightResult MeasureWithInFlight(Cluster& cluster, ConsumerEngine& probe,
   return result;
 }
 
+// The flow of an engine that starts N requests in one scheduler step and
+// does not spin (docs/performance.md, "What is measured"): N pipelined
+// lookups (queued, answered at once), one flush, the loads of the keys that
+// hit already, then one pipelined `lookup{wait_ms}` per request still
+// `retry` (the first waits for its answer, those after it mostly find theirs
+// there), their loads, and `poll{wait_ms}` until every result is in.
 BurstResult RunBurst(Cluster& cluster, ConsumerEngine& engine, int peers, int requests, const std::string& tag) {
   auto& producers = cluster.producers();
   Region& region = *engine.region;
@@ -163,7 +169,7 @@ BurstResult RunBurst(Cluster& cluster, ConsumerEngine& engine, int peers, int re
     std::string peer, kv;
     std::vector<std::string> keys;
     uint32_t space, index;
-    std::string relookup, load;
+    std::string waiting_lookup, load;
     int64_t done_ns = 0;
   };
   std::vector<Request> reqs(static_cast<size_t>(requests));
@@ -176,49 +182,51 @@ BurstResult RunBurst(Cluster& cluster, ConsumerEngine& engine, int peers, int re
     r.space = static_cast<uint32_t>(p + 1);
     r.index = static_cast<uint32_t>(static_cast<uint64_t>(i) % cluster.source_blocks());
     r.keys = {BlockKey(r.space, r.index)};
-    r.relookup = request::Lookup(r.peer, r.kv, r.keys, false);
+    r.waiting_lookup = request::Lookup(r.peer, r.kv, r.keys, false, request::kLookupWaitMs);
     r.load = request::Load(i, r.peer, r.kv, r.keys, {static_cast<uint32_t>(i)});
-    first_lines.push_back(r.relookup);
+    first_lines.push_back(request::Lookup(r.peer, r.kv, r.keys, false));
     region.Scribble(static_cast<uint64_t>(i));
   }
 
   BurstResult result;
   const int64_t start = NowNs();
-  std::vector<int> pending;  // lookups not answered yet
+  std::vector<int> pending;  // lookups answered retry
   std::vector<int> ready;    // answered hit, load not sent yet
   auto classify = [&](int i, const json::object& answer) {
     LookupCounts counts = CountLookup(answer);
     if (counts.miss > 0) throw BenchError("burst: lookup of a published key missed");
     (counts.retry > 0 ? pending : ready).push_back(i);
   };
+  auto send_loads = [&] {
+    std::vector<std::string> lines;
+    for (int i : ready) lines.push_back(reqs[static_cast<size_t>(i)].load);
+    if (!lines.empty()) Pipeline(engine.client, lines, "burst load");
+    ready.clear();
+  };
   {
     auto answers = Pipeline(engine.client, first_lines, "burst lookup");
     for (int i = 0; i < requests; ++i) classify(i, answers[static_cast<size_t>(i)]);
   }
   engine.client.Call(request::Flush(), "flush");
+  send_loads();
+  while (!pending.empty()) {  // more than once only if a wait ran out
+    std::vector<int> asking = std::move(pending);
+    pending.clear();
+    std::vector<std::string> lines;
+    for (int i : asking) lines.push_back(reqs[static_cast<size_t>(i)].waiting_lookup);
+    auto answers = Pipeline(engine.client, lines, "burst waiting lookup");
+    for (size_t j = 0; j < asking.size(); ++j) classify(asking[j], answers[j]);
+    send_loads();
+  }
   int finished = 0;
   while (finished < requests) {
-    if (!ready.empty()) {
-      std::vector<std::string> lines;
-      for (int i : ready) lines.push_back(reqs[static_cast<size_t>(i)].load);
-      Pipeline(engine.client, lines, "burst load");
-      ready.clear();
-    }
-    json::object report = engine.client.Call(request::Poll(pending.empty() ? 1000 : 0), "poll");
+    json::object report = engine.client.Call(request::Poll(1000), "poll");
     const int64_t now = NowNs();
     for (const json::value& item : report.at("results").as_array()) {
       const json::object& r = item.as_object();
       CheckResult(r);
       reqs[static_cast<size_t>(r.at("job_id").to_number<int64_t>())].done_ns = now;
       ++finished;
-    }
-    if (!pending.empty()) {
-      std::vector<int> asking = std::move(pending);
-      pending.clear();
-      std::vector<std::string> lines;
-      for (int i : asking) lines.push_back(reqs[static_cast<size_t>(i)].relookup);
-      auto answers = Pipeline(engine.client, lines, "burst lookup");
-      for (size_t j = 0; j < asking.size(); ++j) classify(asking[j], answers[j]);
     }
   }
   int64_t last = start;

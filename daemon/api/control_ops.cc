@@ -13,22 +13,25 @@ using H = ControlOpHandlers;
 
 // docs/control-api.md: "Operator operations" need no hello; "Engine session"
 // ops do, except hello itself; "Shutdown" lists the new work.
+constexpr auto kNever = WaitRule::kNever;
+constexpr auto kAlways = WaitRule::kAlways;
+constexpr auto kWithWaitMs = WaitRule::kWithWaitMs;
 constexpr std::array kOps = {
-    //         name         needs_engine  is_new_work  handler
-    ControlOp{"status",          false,       false,       &H::NodeStatus},
-    ControlOp{"metrics",         false,       false,       &H::Metrics},
-    ControlOp{"connect",         false,       true,        &H::Connect},
-    ControlOp{"disconnect",      false,       false,       &H::Disconnect},
-    ControlOp{"hello",           false,       true,        &H::Hello},
-    ControlOp{"register_region", true,        true,        &H::RegisterRegion},
-    ControlOp{"publish",         true,        true,        &H::Publish},
-    ControlOp{"unpublish",       true,        false,       &H::Unpublish},
-    ControlOp{"lookup",          true,        true,        &H::Lookup},
-    ControlOp{"flush",           true,        false,       &H::Flush},
-    ControlOp{"load",            true,        true,        &H::Load},
-    ControlOp{"store",           true,        true,        &H::Store},
-    ControlOp{"finish",          true,        false,       &H::Finish},
-    ControlOp{"poll",            true,        false,       &H::Poll},
+    //         name         needs_engine  is_new_work  waits        handler           wait_handler
+    ControlOp{"status",          false,       false,   kNever,      &H::NodeStatus,     nullptr},
+    ControlOp{"metrics",         false,       false,   kNever,      &H::Metrics,        nullptr},
+    ControlOp{"connect",         false,       true,    kAlways,     nullptr,            &H::Connect},
+    ControlOp{"disconnect",      false,       false,   kNever,      &H::Disconnect,     nullptr},
+    ControlOp{"hello",           false,       true,    kNever,      &H::Hello,          nullptr},
+    ControlOp{"register_region", true,        true,    kNever,      &H::RegisterRegion, nullptr},
+    ControlOp{"publish",         true,        true,    kNever,      &H::Publish,        nullptr},
+    ControlOp{"unpublish",       true,        false,   kNever,      &H::Unpublish,      nullptr},
+    ControlOp{"lookup",          true,        true,    kWithWaitMs, &H::Lookup,         &H::LookupWaiting},
+    ControlOp{"flush",           true,        false,   kNever,      &H::Flush,          nullptr},
+    ControlOp{"load",            true,        true,    kNever,      &H::Load,           nullptr},
+    ControlOp{"store",           true,        true,    kNever,      &H::Store,          nullptr},
+    ControlOp{"finish",          true,        false,   kNever,      &H::Finish,         nullptr},
+    ControlOp{"poll",            true,        false,   kWithWaitMs, &H::Poll,           &H::PollWaiting},
 };
 
 // An op quoted in a message is cut short: the request may hold megabytes.
@@ -53,13 +56,29 @@ Status UnknownOp(std::string_view name) {
   return Status::UnknownOp("op '" + Utf8Prefix(name, kMaxQuotedOpBytes) + "' is not known; ops: " + KnownOps());
 }
 
+bool MayWait(const ControlOp& op, const boost::json::object& request) {
+  switch (op.waits) {
+    case WaitRule::kNever:
+      return false;
+    case WaitRule::kAlways:
+      return true;
+    case WaitRule::kWithWaitMs:
+      break;
+  }
+  const boost::json::value* wait_ms = request.if_contains("wait_ms");
+  if (wait_ms == nullptr) return false;
+  if (const int64_t* value = wait_ms->if_int64()) return *value > 0;
+  if (const uint64_t* value = wait_ms->if_uint64()) return *value > 0;
+  return false;
+}
+
 Status CheckOpAllowed(const ControlOp& op, bool shutting_down, bool has_engine) {
-  const std::string name(op.name);
+  const std::string_view name = op.name;  // copied only into a refusal
   if (shutting_down && op.is_new_work) {
-    return Status::ShuttingDown("the daemon is shutting down; op '" + name + "' is refused");
+    return Status::ShuttingDown("the daemon is shutting down; op '" + std::string(name) + "' is refused");
   }
   if (op.needs_engine && !has_engine) {
-    return Status::Invalid("op '" + name + "' needs an engine session: send hello first");
+    return Status::Invalid("op '" + std::string(name) + "' needs an engine session: send hello first");
   }
   return Status::Ok();
 }

@@ -42,29 +42,50 @@ struct OpCall {
   // waiting poll keeps its session alive.
   std::shared_ptr<EngineSession> engine;
   boost::json::object* response;  // the op's fields on success
+  // Set by an op answered at once (a kWithWaitMs op whose request asks to
+  // wait) when the answer is not there yet: the op's awaitable handler
+  // then answers the request anew, and *response is not used.
+  bool must_wait = false;
 };
 
-// What answers the ops; one method per row of the table.
+// What answers the ops; one method per row of the table. Most ops answer at
+// once (a plain call, no coroutine frame); the ops that may wait (connect,
+// and lookup and poll with a wait_ms) also have an awaitable handler, used
+// for connect always and for lookup and poll only when the request asks to
+// wait (the row's WaitRule) and the answer is not there yet (must_wait).
 class ControlOpHandlers {
  public:
-  using OpAnswer = boost::asio::awaitable<Status>;
+  using OpAnswer = Status;
+  using OpWait = boost::asio::awaitable<Status>;
   virtual ~ControlOpHandlers() = default;
   // Operator ops ("Operator operations").
   virtual OpAnswer NodeStatus(OpCall& call) = 0;  // the "status" op
   virtual OpAnswer Metrics(OpCall& call) = 0;
-  virtual OpAnswer Connect(OpCall& call) = 0;
+  virtual OpWait Connect(OpCall& call) = 0;
   virtual OpAnswer Disconnect(OpCall& call) = 0;
   // Engine ops ("Engine session").
   virtual OpAnswer Hello(OpCall& call) = 0;
   virtual OpAnswer RegisterRegion(OpCall& call) = 0;
   virtual OpAnswer Publish(OpCall& call) = 0;
   virtual OpAnswer Unpublish(OpCall& call) = 0;
-  virtual OpAnswer Lookup(OpCall& call) = 0;
+  virtual OpAnswer Lookup(OpCall& call) = 0;      // without wait_ms
+  virtual OpWait LookupWaiting(OpCall& call) = 0;  // with wait_ms > 0
   virtual OpAnswer Flush(OpCall& call) = 0;
   virtual OpAnswer Load(OpCall& call) = 0;
   virtual OpAnswer Store(OpCall& call) = 0;
   virtual OpAnswer Finish(OpCall& call) = 0;
-  virtual OpAnswer Poll(OpCall& call) = 0;
+  virtual OpAnswer Poll(OpCall& call) = 0;      // without wait_ms
+  virtual OpWait PollWaiting(OpCall& call) = 0;  // with wait_ms > 0
+};
+
+// When a request of an op goes to the op's awaitable handler.
+enum class WaitRule {
+  kNever,
+  kAlways,
+  // When the request has an integer `wait_ms` above 0 (any other value is
+  // checked, and refused, by the handler that answers at once) and the
+  // handler that answers at once finds nothing to answer yet.
+  kWithWaitMs,
 };
 
 struct ControlOp {
@@ -73,8 +94,13 @@ struct ControlOp {
   bool needs_engine;
   // Starts new work: answered shutting_down once the daemon drains.
   bool is_new_work;
-  ControlOpHandlers::OpAnswer (ControlOpHandlers::*handler)(OpCall& call);
+  WaitRule waits;
+  ControlOpHandlers::OpAnswer (ControlOpHandlers::*handler)(OpCall& call);       // null when waits is kAlways
+  ControlOpHandlers::OpWait (ControlOpHandlers::*wait_handler)(OpCall& call);  // null when waits is kNever
 };
+
+// Whether `request` of `op` may go to the op's awaitable handler.
+bool MayWait(const ControlOp& op, const boost::json::object& request);
 
 // Every op of the API, in the order the unknown_op message lists them.
 std::span<const ControlOp> ControlOps();

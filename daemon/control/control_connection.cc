@@ -19,12 +19,17 @@ namespace {
 namespace asio = boost::asio;
 
 constexpr size_t kChunkBytes = 64 * 1024;
-// Lines read ahead of the processor. Small: reading ahead only has to see
-// the end of input during a long poll, not buffer a flood.
+// Lines read ahead of the one being answered. Small: reading ahead only has
+// to see the end of input during a long poll, not buffer a flood.
 constexpr size_t kMaxQueuedLines = 16;
 constexpr size_t kMaxFdsPerReceive = 8;
 // More descriptors than any request uses; extras are closed at once.
 constexpr size_t kMaxFdsPerLine = 4;
+// An output buffer grown beyond this by one large answer (status, a lookup
+// of many keys) is given back once sent, not kept for the connection's life.
+constexpr size_t kKeptOutputBytes = 64 * 1024;
+
+bool WouldBlock(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
 
 }  // namespace
 
@@ -32,13 +37,10 @@ ControlConnection::ControlConnection(Socket socket, PeerCredentials credentials,
     : socket_(std::move(socket)),
       credentials_(credentials),
       handler_(handler),
-      processor_wake_(socket_.get_executor()),
       reader_wake_(socket_.get_executor()) {}
 
 void ControlConnection::Start() {
-  auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), ReadLoop(self), asio::detached);
-  asio::co_spawn(socket_.get_executor(), ProcessLoop(self), asio::detached);
+  asio::co_spawn(socket_.get_executor(), ReadLoop(shared_from_this()), asio::detached);
 }
 
 void ControlConnection::Stop() {
@@ -57,23 +59,38 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
   boost::system::error_code ec;
   while (!closed_) {
     if (ReadAheadFull()) {
+      reader_waiting_ = true;
       reader_wake_.expires_at(asio::steady_timer::time_point::max());
       co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      reader_waiting_ = false;
       continue;
     }
-    co_await socket_.async_wait(Socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || closed_) break;
+    if (!may_have_input_) {
+      // The reactor is asked only once the socket had nothing more to give:
+      // a waiting request costs an epoll_ctl, a pipelined burst does not.
+      co_await socket_.async_wait(Socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || closed_) break;
+      may_have_input_ = true;
+    }
     const ssize_t received = Receive(buffer.data(), buffer.size());
-    if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (received < 0 && WouldBlock(errno)) {
+      if (errno != EINTR) may_have_input_ = false;
+      continue;
+    }
     if (received <= 0) break;  // end of input, or a reset connection
-    const bool fits = Split(buffer.data(), static_cast<size_t>(received));
-    processor_wake_.cancel();
-    if (!fits) {
+    // A short read took everything there was: wait before the next one.
+    may_have_input_ = static_cast<size_t>(received) == buffer.size();
+    if (!Split(buffer.data(), static_cast<size_t>(received))) {
       too_large_ = true;
       break;
     }
+    Pump();
   }
   EndInput();
+}
+
+boost::json::monotonic_resource& ControlConnection::NewParseMemory() {
+  return parse_memory_.emplace(parse_buffer_, sizeof(parse_buffer_));
 }
 
 bool ControlConnection::ReadAheadFull() const {
@@ -124,38 +141,95 @@ bool ControlConnection::Split(const char* data, size_t size) {
 void ControlConnection::EndInput() {
   input_ended_ = true;
   if (engine_) engine_->CutWaits();
-  processor_wake_.cancel();
+  Pump();
 }
 
-asio::awaitable<void> ControlConnection::ProcessLoop(std::shared_ptr<ControlConnection> self) {
-  boost::system::error_code ec;
-  while (!closed_) {
-    if (queue_.empty()) {
-      if (too_large_) {
-        std::string response = handler_->TooLargeResponse() + "\n";
-        co_await asio::async_write(socket_, asio::buffer(response), asio::redirect_error(asio::use_awaitable, ec));
-        break;
-      }
-      if (input_ended_) break;
-      processor_wake_.expires_at(asio::steady_timer::time_point::max());
-      co_await processor_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      continue;
-    }
+void ControlConnection::Pump() {
+  if (pumping_ || closed_) return;
+  pumping_ = true;
+  AnswerQueued();
+  pumping_ = false;
+  Flush();
+  MaybeFinish();
+}
+
+void ControlConnection::AnswerQueued() {
+  while (!queue_.empty() && !waiting_line_ && !closed_ && pending_answer_bytes() < kMaxPendingAnswerBytes) {
     ControlLine line = std::move(queue_.front());
     queue_.pop_front();
     const size_t line_bytes = line.text.capacity();  // as counted when queued
-    // Named, not a temporary inside co_await: GCC 12 mishandles some
-    // temporaries in co_await operands.
-    asio::awaitable<std::string> handling = handler_->HandleLine(self, std::move(line));
-    std::string response = co_await std::move(handling);
-    if (closed_) break;  // stopped while the request was being handled
-    response.push_back('\n');
-    co_await asio::async_write(socket_, asio::buffer(response), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) break;
-    // Answered: the reader may read that much more.
-    unanswered_bytes_ -= line_bytes;
-    reader_wake_.cancel();
+    std::optional<asio::awaitable<std::string>> later = handler_->HandleLine(*this, line, &out_);
+    if (!later) {
+      Answered(line_bytes);
+      continue;
+    }
+    // The engine gets the answers before this line now, not after its wait.
+    waiting_line_ = true;
+    Flush();
+    asio::co_spawn(socket_.get_executor(), Await(shared_from_this(), std::move(*later), line_bytes), asio::detached);
   }
+}
+
+asio::awaitable<void> ControlConnection::Await(std::shared_ptr<ControlConnection> self,
+                                              asio::awaitable<std::string> answering, size_t line_bytes) {
+  (void)self;  // held for the coroutine's lifetime
+  std::string answer = co_await std::move(answering);
+  if (closed_) co_return;  // stopped while the request was being handled
+  out_ += answer;
+  waiting_line_ = false;
+  Answered(line_bytes);
+  Pump();
+}
+
+void ControlConnection::Answered(size_t line_bytes) {
+  unanswered_bytes_ -= line_bytes;
+  if (reader_waiting_ && !ReadAheadFull()) reader_wake_.cancel();
+}
+
+void ControlConnection::Flush() {
+  if (closed_ || writer_running_ || out_.empty()) return;
+  const ssize_t sent = ::send(socket_.native_handle(), out_.data(), out_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent < 0 && !WouldBlock(errno)) return Close();  // the client is gone
+  const size_t taken = sent > 0 ? static_cast<size_t>(sent) : 0;
+  if (taken == out_.size()) {
+    out_.clear();
+    if (out_.capacity() > kKeptOutputBytes) out_ = std::string();
+    return;
+  }
+  // The client does not keep up: the rest goes out as the socket drains.
+  writing_.assign(out_, taken);
+  out_.clear();
+  writer_running_ = true;
+  asio::co_spawn(socket_.get_executor(), WriteLoop(shared_from_this()), asio::detached);
+}
+
+asio::awaitable<void> ControlConnection::WriteLoop(std::shared_ptr<ControlConnection> self) {
+  (void)self;  // held for the coroutine's lifetime
+  boost::system::error_code ec;
+  while (!closed_ && !writing_.empty()) {
+    co_await asio::async_write(socket_, asio::buffer(writing_), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    writing_.clear();
+    writing_.swap(out_);  // what was answered meanwhile
+  }
+  writing_ = std::string();
+  writer_running_ = false;
+  if (ec) {
+    Close();
+    co_return;
+  }
+  Pump();  // lines held back by the output bound, or the end
+}
+
+void ControlConnection::MaybeFinish() {
+  if (closed_ || !input_ended_ || !queue_.empty() || waiting_line_) return;
+  if (too_large_ && !too_large_answered_) {
+    too_large_answered_ = true;
+    out_ += handler_->TooLargeResponse();
+    out_.push_back('\n');
+    Flush();
+  }
+  if (writer_running_) return;  // WriteLoop comes back here once it is done
   Close();
 }
 
@@ -165,7 +239,6 @@ void ControlConnection::Close() {
   boost::system::error_code ignored;
   socket_.shutdown(Socket::shutdown_both, ignored);
   socket_.close(ignored);
-  processor_wake_.cancel();
   reader_wake_.cancel();
   if (engine_) engine_->Close();
   if (ControlHandler* handler = std::exchange(handler_, nullptr)) handler->OnConnectionClosed(this);

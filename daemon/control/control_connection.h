@@ -1,17 +1,29 @@
 // ControlConnection: one client of the control socket, as NDJSON lines in
 // and out (docs/control-api.md section 1).
 //
-// Two coroutines share the connection, as in Asio's chat server example: a
-// reader that splits the byte stream into lines (at most 16 MiB each) and
-// collects file descriptors passed with SCM_RIGHTS, and a processor that
-// hands each line to the ControlHandler and writes the responses in request
-// order. Reading ahead is what lets the daemon notice an engine's exit
-// while a long poll is still waiting; it is bounded by a small queue and by
+// One reader coroutine splits the byte stream into lines (at most 16 MiB
+// each), collects file descriptors passed with SCM_RIGHTS, and answers
+// every line it can at once: the handler appends the answers of consecutive
+// lines to one output buffer, which goes out in one send once the lines
+// read so far are done. A line that has to wait (connect, poll or lookup
+// with wait_ms) first sends the answers before it, then runs in its own
+// coroutine; later lines wait for it, so answers stay in request order.
+//
+// The reader reads before it waits: after a read that filled its buffer it
+// reads again at once, and it asks the reactor to wait for input only when
+// the socket had nothing more to give.
+//
+// Reading ahead is what lets the daemon notice an engine's exit while a
+// long poll is still waiting; it is bounded by a small queue and by
 // kMaxUnansweredBytes: request bytes received and not yet answered (queued
-// lines, the line being handled, the partial line; by allocated size). At the bound the reader
-// stops reading the socket until answers drain, so a client that pipelines
-// large lines without reading its answers holds at most that much
-// (docs/control-api.md, "6. Limits (ours)").
+// lines, the line being handled, the partial line; by allocated size). At
+// the bound the reader stops reading the socket until answers drain, so a
+// client that pipelines large lines without reading its answers holds at
+// most that much (docs/control-api.md, "6. Limits (ours)"). Answers the
+// client does not read pile up in the output buffer only up to
+// kMaxPendingAnswerBytes (plus one answer): beyond it no further line is
+// answered until the socket takes them, so the queue fills and reading
+// stops too.
 //
 // A descriptor belongs to the line whose first byte arrived together with
 // it (the kernel never merges data of two sendmsg calls that carry
@@ -19,8 +31,8 @@
 // in the same sendmsg as the descriptor.
 //
 // End of input: queued lines are still answered (a client may half-close
-// after its last request), then the connection closes and its engine
-// session (if any) is closed.
+// after its last request) and their answers written, then the connection
+// closes and its engine session (if any) is closed.
 //
 // Thread-safety: none; lives on the daemon's one io_context. Owned by its
 // coroutines through shared_from_this.
@@ -29,12 +41,14 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json/monotonic_resource.hpp>
 
 #include "base/limits.h"
 #include "daemon/control/engine_registry.h"
@@ -47,6 +61,9 @@ class EngineSession;
 
 // Request bytes one connection may have sent and not had answered.
 inline constexpr size_t kMaxUnansweredBytes = 32u * 1024 * 1024;
+// Answers written and not yet taken by the socket beyond which no further
+// line is answered (one answer may go beyond it).
+inline constexpr size_t kMaxPendingAnswerBytes = 1u * 1024 * 1024;
 
 // One request line and the descriptors that arrived with it.
 struct ControlLine {
@@ -58,9 +75,13 @@ struct ControlLine {
 class ControlHandler {
  public:
   virtual ~ControlHandler() = default;
-  // The response line (without newline) to one request line.
-  virtual boost::asio::awaitable<std::string> HandleLine(std::shared_ptr<ControlConnection> connection,
-                                                         ControlLine line) = 0;
+  // Answers one request line. A request answered at once appends its answer
+  // line (with its newline) to *out and returns nullopt; one that has to
+  // wait returns the awaitable that gives its answer line (with its
+  // newline; empty when the connection closed meanwhile) and leaves *out
+  // alone. The line's descriptors may be taken.
+  virtual std::optional<boost::asio::awaitable<std::string>> HandleLine(ControlConnection& connection,
+                                                                        ControlLine& line, std::string* out) = 0;
   // The response to a line longer than kMaxControlLineBytes.
   virtual std::string TooLargeResponse() = 0;
   // The connection has closed (after its engine session was closed).
@@ -90,11 +111,18 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   bool closed() const { return closed_; }
   // Request bytes received and not yet answered (tests, diagnostics).
   size_t unanswered_bytes() const { return unanswered_bytes_ + partial_.capacity(); }
+  // Answer bytes not yet taken by the socket (tests, diagnostics).
+  size_t pending_answer_bytes() const { return out_.size() + writing_.size(); }
+  // Fresh memory for parsing and answering the next line: a small buffer
+  // of the connection, then heap blocks given back here at the next line
+  // (no line is parsed while a waiting one still holds its request). Made
+  // anew rather than released: a released monotonic_resource keeps
+  // doubling the size of the blocks it asks for.
+  boost::json::monotonic_resource& NewParseMemory();
 
  private:
   // Each coroutine holds `self`, which keeps the connection alive.
   boost::asio::awaitable<void> ReadLoop(std::shared_ptr<ControlConnection> self);
-  boost::asio::awaitable<void> ProcessLoop(std::shared_ptr<ControlConnection> self);
   // One recvmsg. Returns bytes read (0 = end of input), or -1 with errno.
   ssize_t Receive(char* buffer, size_t size);
   // Splits `size` new bytes into lines. False when a line is too long.
@@ -102,6 +130,21 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   void EndInput();
   // The reader must wait for answers to drain before reading more.
   bool ReadAheadFull() const;
+  // Answers queued lines until one has to wait, the output is over its
+  // bound or the queue is empty; then sends what was answered.
+  void Pump();
+  void AnswerQueued();
+  // Runs one waiting line, then answers the lines after it.
+  boost::asio::awaitable<void> Await(std::shared_ptr<ControlConnection> self,
+                                     boost::asio::awaitable<std::string> answering, size_t line_bytes);
+  // A line is answered: its request bytes no longer count.
+  void Answered(size_t line_bytes);
+  // Sends out_ without blocking; what the socket does not take is written
+  // by WriteLoop.
+  void Flush();
+  boost::asio::awaitable<void> WriteLoop(std::shared_ptr<ControlConnection> self);
+  // Closes once input has ended and everything has been answered and sent.
+  void MaybeFinish();
   // Closes the socket and the engine session, then tells the handler.
   void Close();
 
@@ -115,10 +158,19 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   std::deque<ControlLine> queue_;      // complete lines not answered yet
   size_t unanswered_bytes_ = 0;        // of queue_ and the line being handled
   bool too_large_ = false;             // the reader found an over-long line
+  bool too_large_answered_ = false;
   bool input_ended_ = false;
   bool closed_ = false;
-  boost::asio::steady_timer processor_wake_;  // cancelled when a line is queued
-  boost::asio::steady_timer reader_wake_;     // cancelled when the queue drains
+  bool may_have_input_ = true;  // the last read filled the buffer: read again before waiting
+  bool waiting_line_ = false;   // a line that waits is being answered (Await)
+  bool pumping_ = false;        // inside Pump (no re-entry)
+  bool reader_waiting_ = false;  // the reader waits on reader_wake_
+  std::string out_;      // answers not handed to the socket yet
+  std::string writing_;  // answers WriteLoop is writing (empty when it does not run)
+  bool writer_running_ = false;
+  boost::asio::steady_timer reader_wake_;  // cancelled when the queue drains
+  alignas(std::max_align_t) unsigned char parse_buffer_[8192];
+  std::optional<boost::json::monotonic_resource> parse_memory_;
 };
 
 }  // namespace kvpeer::daemon

@@ -17,6 +17,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
@@ -24,6 +25,7 @@
 #include "config/version.h"
 #include "daemon/metrics/accept_backoff.h"
 #include "daemon/control/engine_session.h"
+#include "daemon/api/json_answer.h"
 #include "daemon/api/json_request.h"
 #include "daemon/control/metrics_text.h"
 #include "daemon/control/peer_status_json.h"
@@ -214,69 +216,106 @@ std::string ControlServer::Answer(const json::value& id, const Status& status, j
   return json::serialize(out);
 }
 
-asio::awaitable<std::string> ControlServer::HandleLine(std::shared_ptr<ControlConnection> connection,
-                                                       ControlLine line) {
+void ControlServer::AppendAnswer(std::string* out, const json::value& id, const Status& status,
+                                 const json::object& fields) {
+  if (status.ok()) return AppendOkAnswer(out, id, fields);  // the hot path: no object built
+  out->append(Answer(id, status, {}));
+  out->push_back('\n');
+}
+
+std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlConnection& connection,
+                                                                      ControlLine& line, std::string* out) {
   engines_.counters().Add(Counter::kRequests);
+  // The previous line's request and answer are gone: reuse their memory.
+  json::monotonic_resource& memory = connection.NewParseMemory();
+  const json::storage_ptr storage(&memory);
   boost::system::error_code ec;
-  json::value parsed = json::parse(line.text, ec);
-  if (ec) co_return Answer(nullptr, Status::Invalid("request is not valid JSON: " + ec.message()), {});
+  json::value parsed = json::parse(line.text, ec, storage);
+  if (ec) {
+    AppendAnswer(out, nullptr, Status::Invalid("request is not valid JSON: " + ec.message()), {});
+    return std::nullopt;
+  }
   if (!parsed.is_object()) {
-    co_return Answer(nullptr,
-                     Status::Invalid(
-                          "request must be a JSON object, not " + std::string(JsonKind(parsed))),
-                     {});
+    AppendAnswer(out, nullptr,
+                 Status::Invalid("request must be a JSON object, not " + std::string(JsonKind(parsed))), {});
+    return std::nullopt;
   }
   const json::object& request = parsed.get_object();
-  const json::value id = request.contains("id") ? request.at("id") : json::value(nullptr);
+  const json::value* id_field = request.if_contains("id");
+  static const json::value kNoId(nullptr);
+  const json::value& id = id_field != nullptr ? *id_field : kNoId;
   if (HasNonFiniteNumber(id)) {
     // Out of double range (e.g. 1e999999), even deep inside: echoing it
     // would print a token that is not JSON and break the client's framing.
-    co_return Answer(nullptr, Status::Invalid("field 'id' is a number out of range; use a smaller one"),
-                     {});
+    AppendAnswer(out, nullptr, Status::Invalid("field 'id' is a number out of range; use a smaller one"), {});
+    return std::nullopt;
   }
   const json::value* op = request.if_contains("op");
   if (op == nullptr || !op->is_string()) {
     const std::string problem = op == nullptr ? "is required" : "must be a string, not " + std::string(JsonKind(*op));
-    co_return Answer(id, Status::Invalid("field 'op' " + problem), {});
+    AppendAnswer(out, id, Status::Invalid("field 'op' " + problem), {});
+    return std::nullopt;
   }
   // By op for the metrics; ops outside the API share one name, so a client
   // cannot add counters at will.
   const std::string_view op_name = op->get_string();
   engines_.counters().Add(CounterFamily::kControlRequests, ControlRequestLabel(op_name));
+  const ControlOp* row = FindControlOp(op_name);
+  Status status = row == nullptr ? UnknownOp(op_name)
+                                 : CheckOpAllowed(*row, shutting_down_, connection.engine() != nullptr);
+  const bool may_wait = status.ok() && MayWait(*row, request);
+  if (may_wait && row->handler == nullptr) {
+    return AnswerWaiting(connection.shared_from_this(), std::move(parsed), std::move(line), row);
+  }
+  json::object fields(storage);
+  bool must_wait = false;
+  if (status.ok()) {
+    OpCall call{connection, request, line, connection.engine(), &fields};
+    try {
+      ControlOpHandlers& handlers = *this;
+      status = (handlers.*row->handler)(call);
+    } catch (const std::exception& e) {
+      status = Status::Internal(std::string("internal error: ") + e.what());
+    }
+    must_wait = may_wait && call.must_wait && status.ok();
+  }
+  if (must_wait) {
+    // Nothing to answer yet (a poll or lookup with wait_ms): wait for it.
+    return AnswerWaiting(connection.shared_from_this(), std::move(parsed), std::move(line), row);
+  }
+  AppendAnswer(out, id, status, fields);
+  return std::nullopt;
+}
+
+asio::awaitable<std::string> ControlServer::AnswerWaiting(std::shared_ptr<ControlConnection> connection,
+                                                          json::value parsed, ControlLine line, const ControlOp* row) {
+  const json::object& request = parsed.get_object();
   json::object fields;
   Status status;
   try {
-    asio::awaitable<Status> dispatching =
-        Dispatch(connection, request, std::string(op->get_string()), line, &fields);
-    status = co_await std::move(dispatching);
+    OpCall call{*connection, request, line, connection->engine(), &fields};
+    ControlOpHandlers& handlers = *this;
+    asio::awaitable<Status> answering = (handlers.*row->wait_handler)(call);
+    status = co_await std::move(answering);  // connect, poll and lookup wait: touches nothing of the server after
   } catch (const std::exception& e) {
     status = Status::Internal(std::string("internal error: ") + e.what());
   }
-  // A request may have waited (poll, connect); the server may be gone.
+  // The server may be gone.
   if (connection->closed()) co_return std::string();
-  co_return Answer(id, status, std::move(fields));
+  std::string out;
+  const json::value* id = request.if_contains("id");
+  AppendAnswer(&out, id != nullptr ? *id : json::value(nullptr), status, fields);
+  co_return out;
 }
 
-asio::awaitable<Status> ControlServer::Dispatch(std::shared_ptr<ControlConnection> connection,
-                                                const json::object& request, std::string op, ControlLine& line,
-                                                json::object* response) {
-  const ControlOp* row = FindControlOp(op);
-  if (row == nullptr) co_return UnknownOp(op);
-  OpCall call{*connection, request, line, connection->engine(), response};
-  if (Status refused = CheckOpAllowed(*row, shutting_down_, call.engine != nullptr); !refused.ok()) co_return refused;
-  ControlOpHandlers& handlers = *this;
-  asio::awaitable<Status> answering = (handlers.*row->handler)(call);
-  co_return co_await std::move(answering);  // connect and poll may wait: touches nothing of the server after
-}
-
-asio::awaitable<Status> ControlServer::NodeStatus(OpCall& call) {
+Status ControlServer::NodeStatus(OpCall& call) {
   *call.response = StatusFields();
-  co_return Status::Ok();
+  return Status::Ok();
 }
 
-asio::awaitable<Status> ControlServer::Metrics(OpCall& call) {
+Status ControlServer::Metrics(OpCall& call) {
   (*call.response)["text"] = MetricsText();
-  co_return Status::Ok();
+  return Status::Ok();
 }
 
 asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
@@ -306,65 +345,55 @@ asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
   co_return *wait->result;
 }
 
-asio::awaitable<Status> ControlServer::Disconnect(OpCall& call) {
+Status ControlServer::Disconnect(OpCall& call) {
   RequestReader reader(call.request);
   std::string peer;
   reader.Peer("peer", &peer);
-  if (!reader.ok()) co_return reader.status();
+  if (!reader.ok()) return reader.status();
   PeerService* peers = engines_.peer_service();
-  if (peers == nullptr) co_return Status::Internal("the peer side of the daemon is not running");
-  co_return peers->Disconnect(peer);
+  if (peers == nullptr) return Status::Internal("the peer side of the daemon is not running");
+  return peers->Disconnect(peer);
 }
 
-asio::awaitable<Status> ControlServer::Hello(OpCall& call) {
+Status ControlServer::Hello(OpCall& call) {
   ControlConnection& connection = call.connection;
   if (call.engine) {
-    co_return Status::Conflict("this connection already said hello (engine '" + call.engine->client() +
+    return Status::Conflict("this connection already said hello (engine '" + call.engine->client() +
                                    "'); one hello per engine session");
   }
   std::shared_ptr<EngineSession> session;
   Status status = engines_.Hello(call.request, connection.credentials(), &session, call.response);
   if (status.ok()) connection.set_engine(std::move(session));
-  co_return status;
+  return status;
 }
 
 // The engine ops below need a hello: CheckOpAllowed has seen call.engine set.
-asio::awaitable<Status> ControlServer::RegisterRegion(OpCall& call) {
+Status ControlServer::RegisterRegion(OpCall& call) {
   UniqueFd fd;
   if (!call.line.fds.empty()) fd = std::move(call.line.fds.front());
-  co_return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
+  return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
 }
 
-asio::awaitable<Status> ControlServer::Publish(OpCall& call) {
-  co_return call.engine->Publish(call.request, call.response);
+Status ControlServer::Publish(OpCall& call) { return call.engine->Publish(call.request, call.response); }
+Status ControlServer::Unpublish(OpCall& call) { return call.engine->Unpublish(call.request, call.response); }
+
+Status ControlServer::Lookup(OpCall& call) {
+  return call.engine->LookupNow(call.request, call.response, &call.must_wait);
 }
 
-asio::awaitable<Status> ControlServer::Unpublish(OpCall& call) {
-  co_return call.engine->Unpublish(call.request, call.response);
-}
-
-asio::awaitable<Status> ControlServer::Lookup(OpCall& call) {
+asio::awaitable<Status> ControlServer::LookupWaiting(OpCall& call) {
   asio::awaitable<Status> looking = call.engine->Lookup(call.request, call.response);
   co_return co_await std::move(looking);  // call.engine keeps the session alive while it waits
 }
 
-asio::awaitable<Status> ControlServer::Flush(OpCall& call) {
-  co_return call.engine->Flush(call.request, call.response);
-}
+Status ControlServer::Flush(OpCall& call) { return call.engine->Flush(call.request, call.response); }
+Status ControlServer::Load(OpCall& call) { return call.engine->Load(call.request, call.response); }
+Status ControlServer::Store(OpCall& call) { return call.engine->Store(call.request, call.response); }
+Status ControlServer::Finish(OpCall& call) { return call.engine->Finish(call.request, call.response); }
 
-asio::awaitable<Status> ControlServer::Load(OpCall& call) {
-  co_return call.engine->Load(call.request, call.response);
-}
+Status ControlServer::Poll(OpCall& call) { return call.engine->PollNow(call.request, call.response, &call.must_wait); }
 
-asio::awaitable<Status> ControlServer::Store(OpCall& call) {
-  co_return call.engine->Store(call.request, call.response);
-}
-
-asio::awaitable<Status> ControlServer::Finish(OpCall& call) {
-  co_return call.engine->Finish(call.request, call.response);
-}
-
-asio::awaitable<Status> ControlServer::Poll(OpCall& call) {
+asio::awaitable<Status> ControlServer::PollWaiting(OpCall& call) {
   asio::awaitable<Status> polling = call.engine->Poll(call.request, call.response);
   co_return co_await std::move(polling);  // call.engine keeps the session alive while it waits
 }

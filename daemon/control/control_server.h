@@ -28,6 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include "daemon/api/api_error.h"
 #include "daemon/control/control_connection.h"
@@ -100,36 +101,41 @@ class ControlServer : private ControlHandler, private ControlOpHandlers {
   Status RemoveStaleSocket() const;
 
   // ControlHandler.
-  boost::asio::awaitable<std::string> HandleLine(std::shared_ptr<ControlConnection> connection,
-                                                 ControlLine line) override;
+  std::optional<boost::asio::awaitable<std::string>> HandleLine(ControlConnection& connection, ControlLine& line,
+                                                                std::string* out) override;
   std::string TooLargeResponse() override;
   void OnConnectionClosed(ControlConnection* connection) override;
 
-  // One parsed request; fills *response with the op's fields. Coroutine:
-  // reference parameters must live in the caller's frame (op is a copy).
-  boost::asio::awaitable<Status> Dispatch(std::shared_ptr<ControlConnection> connection,
-                                          const boost::json::object& request, std::string op, ControlLine& line,
-                                          boost::json::object* response);
+  // Answers a request of `row` that waits; owns what it reads while it
+  // waits. The answer line ends with a newline; empty when the connection
+  // closed meanwhile.
+  boost::asio::awaitable<std::string> AnswerWaiting(std::shared_ptr<ControlConnection> connection,
+                                                    boost::json::value parsed, ControlLine line, const ControlOp* row);
 
   // ControlOpHandlers: one per row of the op table.
   OpAnswer NodeStatus(OpCall& call) override;
   OpAnswer Metrics(OpCall& call) override;
-  OpAnswer Connect(OpCall& call) override;
+  OpWait Connect(OpCall& call) override;
   OpAnswer Disconnect(OpCall& call) override;
   OpAnswer Hello(OpCall& call) override;
   OpAnswer RegisterRegion(OpCall& call) override;
   OpAnswer Publish(OpCall& call) override;
   OpAnswer Unpublish(OpCall& call) override;
   OpAnswer Lookup(OpCall& call) override;
+  OpWait LookupWaiting(OpCall& call) override;
   OpAnswer Flush(OpCall& call) override;
   OpAnswer Load(OpCall& call) override;
   OpAnswer Store(OpCall& call) override;
   OpAnswer Finish(OpCall& call) override;
   OpAnswer Poll(OpCall& call) override;
+  OpWait PollWaiting(OpCall& call) override;
 
   boost::json::object StatusFields() const;
-  // Counts the answer and turns it into its line.
+  // Counts the answer and turns it into its line (without newline).
   std::string Answer(const boost::json::value& id, const Status& status, boost::json::object fields);
+  // Counts the answer and appends its line (with newline) to *out.
+  void AppendAnswer(std::string* out, const boost::json::value& id, const Status& status,
+                    const boost::json::object& fields);
 
   boost::asio::io_context& io_;
   ControlServerOptions options_;

@@ -99,12 +99,14 @@ void EngineJobs::OnReleased(SlotIndex slot) {
 }
 
 void EngineJobs::TakeReport(json::object* response) {
-  json::array results;
+  // Built in the response's own memory, so moving them in copies nothing.
+  const json::storage_ptr& memory = response->storage();
+  json::array results(memory);
   for (int64_t job_id : ready_) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) continue;
     const session::JobResult& result = it->second.result;
-    json::object entry;
+    json::object entry(memory);
     entry["job_id"] = job_id;
     entry["kv_request_id"] = result.kv_request_id;
     entry["success"] = result.success;
@@ -113,8 +115,8 @@ void EngineJobs::TakeReport(json::object* response) {
     jobs_.erase(it);  // delivered: the job id is free again
   }
   ready_.clear();
-  json::array failed(failed_requests_.begin(), failed_requests_.end());
-  json::array released(released_.begin(), released_.end());
+  json::array failed(failed_requests_.begin(), failed_requests_.end(), memory);
+  json::array released(released_.begin(), released_.end(), memory);
   (*response)["results"] = std::move(results);
   (*response)["failed_requests"] = std::move(failed);
   (*response)["released"] = std::move(released);

@@ -161,13 +161,16 @@ Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv
 
 bool EngineSession::Claim(const std::string& peer, const std::string& kv_request_id) {
   if (!registry_.ClaimKv(peer, kv_request_id, id_)) return false;
-  kv_claims_.emplace(peer, kv_request_id);
+  kv_claims_[kv_request_id].insert(peer);
   return true;
 }
 
 void EngineSession::Unclaim(const std::string& peer, const std::string& kv_request_id) {
   registry_.ReleaseKv(peer, kv_request_id);
-  kv_claims_.erase({peer, kv_request_id});
+  auto claims = kv_claims_.find(kv_request_id);
+  if (claims == kv_claims_.end()) return;
+  claims->second.erase(peer);
+  if (claims->second.empty()) kv_claims_.erase(claims);
 }
 
 Status EngineSession::Publish(const json::object& request, json::object* response) {
@@ -216,15 +219,41 @@ boost::asio::awaitable<Status> EngineSession::Lookup(const json::object& request
   LookupArgs args;
   if (Status bad = ReadLookup(request, &args); !bad.ok()) co_return bad;
   std::vector<session::ProbeAnswer> answers;
-  // control-api.md, the `lookup` row: with wait_ms the probe is sent at once.
-  if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) co_return failed;
+  if (first_pass_) {
+    answers = std::move(*first_pass_);  // LookupNow's pass of this very request
+    first_pass_.reset();
+  } else if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) {
+    // control-api.md, the `lookup` row: with wait_ms the probe is sent at once.
+    co_return failed;
+  }
   if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
     if (Status failed = co_await AwaitAnswers(args, &answers); !failed.ok()) co_return failed;
   }
-  json::array results;
+  AddResults(answers, response);
+  co_return Status::Ok();
+}
+
+Status EngineSession::LookupNow(const json::object& request, json::object* response, bool* must_wait) {
+  first_pass_.reset();  // never another request's
+  LookupArgs args;
+  if (Status bad = ReadLookup(request, &args); !bad.ok()) return bad;
+  std::vector<session::ProbeAnswer> answers;
+  if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) return failed;
+  if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
+    *must_wait = true;  // Lookup goes on from this pass and waits
+    first_pass_ = std::move(answers);
+    return Status::Ok();
+  }
+  AddResults(answers, response);
+  return Status::Ok();
+}
+
+void EngineSession::AddResults(const std::vector<session::ProbeAnswer>& answers, json::object* response) {
+  // Built in the response's own memory (the connection's parse memory).
+  json::array results(response->storage());
+  results.reserve(answers.size());
   for (session::ProbeAnswer answer : answers) results.emplace_back(AnswerName(answer));
   (*response)["results"] = std::move(results);
-  co_return Status::Ok();
 }
 
 Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers) {
@@ -385,9 +414,9 @@ Status EngineSession::Finish(const json::object& request, json::object*) {
   if (peers == nullptr) return PeerSideMissing();
   FinishOnPeers(*peers, kv_request_id);
   // The request is over on every peer: another engine may use its id now.
-  for (auto it = kv_claims_.begin(); it != kv_claims_.end();) {
-    if (it->second == kv_request_id) registry_.ReleaseKv(it->first, it->second);
-    it = it->second == kv_request_id ? kv_claims_.erase(it) : std::next(it);
+  if (auto claims = kv_claims_.find(kv_request_id); claims != kv_claims_.end()) {
+    for (const std::string& peer : claims->second) registry_.ReleaseKv(peer, kv_request_id);
+    kv_claims_.erase(claims);
   }
   kv_ids_.erase(kv_request_id);
   if (stored_kv_ids_.erase(kv_request_id) > 0) registry_.ReleaseSupply(kv_request_id, id_);
@@ -396,17 +425,32 @@ Status EngineSession::Finish(const json::object& request, json::object*) {
 
 void EngineSession::FinishOnPeers(PeerService& peers, const std::string& kv_request_id) const {
   std::vector<std::string> client_peers;
-  for (const auto& [peer, kv] : kv_claims_) {
-    if (kv == kv_request_id) client_peers.push_back(peer);
+  if (auto claims = kv_claims_.find(kv_request_id); claims != kv_claims_.end()) {
+    client_peers.assign(claims->second.begin(), claims->second.end());
   }
   peers.Finish(kv_request_id, client_peers, stored_kv_ids_.contains(kv_request_id));
 }
 
-boost::asio::awaitable<Status> EngineSession::Poll(const json::object& request, json::object* response) {
+Status EngineSession::ReadPoll(const json::object& request, std::optional<uint64_t>* wait_ms) {
   RequestReader reader(request);
+  reader.OptionalUint("wait_ms", kMaxWaitMs, wait_ms);
+  return reader.status();
+}
+
+Status EngineSession::PollNow(const json::object& request, json::object* response, bool* must_wait) {
   std::optional<uint64_t> wait_ms;
-  reader.OptionalUint("wait_ms", kMaxWaitMs, &wait_ms);
-  if (!reader.ok()) co_return reader.status();
+  if (Status bad = ReadPoll(request, &wait_ms); !bad.ok()) return bad;
+  if (wait_ms.value_or(0) > 0 && !jobs_.HasReport() && !waits_cut_) {
+    *must_wait = true;
+    return Status::Ok();
+  }
+  jobs_.TakeReport(response);
+  return Status::Ok();
+}
+
+boost::asio::awaitable<Status> EngineSession::Poll(const json::object& request, json::object* response) {
+  std::optional<uint64_t> wait_ms;
+  if (Status bad = ReadPoll(request, &wait_ms); !bad.ok()) co_return bad;
   if (wait_ms.value_or(0) > 0 && !jobs_.HasReport() && !waits_cut_) {
     poll_timer_.expires_after(std::chrono::milliseconds(*wait_ms));
     poll_waiting_ = true;
@@ -446,7 +490,9 @@ void EngineSession::Close() {
   if (PeerService* peers = Peers()) {
     for (const std::string& kv_request_id : requests) FinishOnPeers(*peers, kv_request_id);
   }
-  for (const auto& [peer, kv_request_id] : kv_claims_) registry_.ReleaseKv(peer, kv_request_id);
+  for (const auto& [kv_request_id, claimed_peers] : kv_claims_) {
+    for (const std::string& peer : claimed_peers) registry_.ReleaseKv(peer, kv_request_id);
+  }
   kv_claims_.clear();
   for (const std::string& kv_request_id : stored_kv_ids_) registry_.ReleaseSupply(kv_request_id, id_);
   stored_kv_ids_.clear();

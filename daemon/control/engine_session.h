@@ -21,8 +21,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,10 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // no key is `retry`, the time passes, the peer's session or the request
   // there ends, or waits are cut.
   boost::asio::awaitable<Status> Lookup(const boost::json::object& request, boost::json::object* response);
+  // Lookup answered at once: one pass of the probe. With `wait_ms` and a
+  // key still `retry` (and waits not cut) sets *must_wait instead of
+  // answering: Lookup then probes again and waits.
+  Status LookupNow(const boost::json::object& request, boost::json::object* response, bool* must_wait);
   Status Flush(const boost::json::object& request, boost::json::object* response);
   Status Load(const boost::json::object& request, boost::json::object* response);
   Status Store(const boost::json::object& request, boost::json::object* response);
@@ -66,6 +72,9 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // Waits up to `wait_ms` for something to report unless something already
   // is (or waits are cut, see CutWaits).
   boost::asio::awaitable<Status> Poll(const boost::json::object& request, boost::json::object* response);
+  // Poll answered at once. With `wait_ms` and nothing to report (and waits
+  // not cut) sets *must_wait instead of answering: Poll then waits.
+  Status PollNow(const boost::json::object& request, boost::json::object* response, bool* must_wait);
 
   // From now on polls do not wait, and a waiting poll returns at once: the
   // connection has seen end of input, so nobody may be left to wait for.
@@ -105,6 +114,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
     uint64_t wait_ms = 0;
   };
   Status ReadLookup(const boost::json::object& request, LookupArgs* args) const;
+  static void AddResults(const std::vector<session::ProbeAnswer>& answers, boost::json::object* response);
+  static Status ReadPoll(const boost::json::object& request, std::optional<uint64_t>* wait_ms);
   // One pass of the probe: what a lookup without wait_ms does.
   Status Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers);
   // Re-probes on every event of lookup_wait_ until no answer is retry.
@@ -145,10 +156,16 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   EngineJobs jobs_;
   std::set<std::string> kv_ids_;                             // every request used; finished on Close
   std::set<std::string> stored_kv_ids_;                      // requests this engine supplied (producer)
-  std::set<std::pair<std::string, std::string>> kv_claims_;  // (peer, kv_request_id) claimed in the registry
+  // kv_request_id -> the peers it is claimed towards in the registry. Keyed
+  // by request so that finish touches only its own claims (a burst of
+  // thousands of requests would otherwise scan them all per finish).
+  std::unordered_map<std::string, std::set<std::string>> kv_claims_;
 
   boost::asio::steady_timer poll_timer_;
   bool poll_waiting_ = false;
+  // The pass LookupNow made before it set must_wait; the Lookup that the
+  // same request goes to next starts from it instead of probing again.
+  std::optional<std::vector<session::ProbeAnswer>> first_pass_;
   bool waits_cut_ = false;
   LookupWait lookup_wait_;
 };

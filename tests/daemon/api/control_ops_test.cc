@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/json/parse.hpp>
+
 #include "daemon/api/control_ops.h"
 
 #if !defined(KVPEER_CONTROL_API_DOC) || !defined(KVPEER_CONTROL_FUZZ_DICT)
@@ -130,9 +132,31 @@ TEST_CASE("FindControlOp finds every row and nothing else") {
 TEST_CASE("every op has a handler of its own") {
   const std::span<const ControlOp> ops = ControlOps();
   for (size_t i = 0; i < ops.size(); ++i) {
-    REQUIRE(ops[i].handler != nullptr);
-    for (size_t j = 0; j < i; ++j) CHECK(ops[i].handler != ops[j].handler);
+    // Each handler the op's WaitRule uses exists, and only those.
+    CHECK((ops[i].handler != nullptr) == (ops[i].waits != WaitRule::kAlways));
+    CHECK((ops[i].wait_handler != nullptr) == (ops[i].waits != WaitRule::kNever));
+    for (size_t j = 0; j < i; ++j) {
+      if (ops[i].handler != nullptr) CHECK(ops[i].handler != ops[j].handler);
+      if (ops[i].wait_handler != nullptr) CHECK(ops[i].wait_handler != ops[j].wait_handler);
+    }
   }
+}
+
+TEST_CASE("only connect, and lookup and poll with a positive wait_ms, wait") {
+  auto waits = [](std::string_view op, const char* request) {
+    return MayWait(*FindControlOp(op), boost::json::parse(request).as_object());
+  };
+  CHECK(waits("connect", R"({"op":"connect"})"));
+  CHECK(waits("poll", R"({"op":"poll","wait_ms":5})"));
+  CHECK(waits("lookup", R"({"op":"lookup","wait_ms":1})"));
+  CHECK_FALSE(waits("poll", R"({"op":"poll"})"));
+  CHECK_FALSE(waits("poll", R"({"op":"poll","wait_ms":0})"));
+  // Refused by the handler that answers at once, with the field's rule.
+  CHECK_FALSE(waits("poll", R"({"op":"poll","wait_ms":-1})"));
+  CHECK_FALSE(waits("poll", R"({"op":"poll","wait_ms":"5"})"));
+  CHECK_FALSE(waits("poll", R"({"op":"poll","wait_ms":1.5})"));
+  CHECK_FALSE(waits("load", R"({"op":"load","wait_ms":5})"));
+  CHECK_FALSE(waits("status", R"({"op":"status"})"));
 }
 
 TEST_CASE("the unknown_op message lists the ops in the documented order") {
