@@ -133,15 +133,19 @@ Received RecvBlock(int fd, uint8_t* data, size_t size) {
   return Received::kBlock;
 }
 
-std::vector<double> RoundTrips(std::pair<Fd, Fd> pair, int count, int warmup, int64_t pace_us) {
+std::vector<double> RoundTrips(std::pair<Fd, Fd> pair, int count, int warmup, int64_t pace_us,
+                               double* echo_cpu_us_per_trip = nullptr) {
   constexpr size_t kMessage = 64;
   const int echo_fd = pair.second.get();
   const int total = count + warmup;
-  std::thread echo([echo_fd, total] {
+  int64_t echo_cpu_ns = 0;
+  std::thread echo([echo_fd, total, &echo_cpu_ns] {
     uint8_t message[kMessage];
+    const int64_t cpu0 = ThreadCpuNs();
     for (int i = 0; i < total; ++i) {
-      if (!RecvAll(echo_fd, message, kMessage) || !SendAll(echo_fd, message, kMessage)) return;
+      if (!RecvAll(echo_fd, message, kMessage) || !SendAll(echo_fd, message, kMessage)) break;
     }
+    echo_cpu_ns = ThreadCpuNs() - cpu0;
   });
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(count));
@@ -156,6 +160,7 @@ std::vector<double> RoundTrips(std::pair<Fd, Fd> pair, int count, int warmup, in
   }
   echo.join();
   if (!ok) throw BenchError("round-trip baseline: the echo connection failed");
+  if (echo_cpu_us_per_trip != nullptr) *echo_cpu_us_per_trip = static_cast<double>(echo_cpu_ns) / 1e3 / total;
   return samples;
 }
 
@@ -206,7 +211,9 @@ std::vector<double> TcpRoundTrips(int count, int warmup, int64_t pace_us) {
   return RoundTrips(TcpPair(), count, warmup, pace_us);
 }
 
-std::vector<double> UnixRoundTrips(int count, int warmup) { return RoundTrips(UnixPair(), count, warmup, 0); }
+std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip) {
+  return RoundTrips(UnixPair(), count, warmup, 0, echo_cpu_us_per_trip);
+}
 
 double MemcpyGBps(uint64_t chunk, uint64_t total, uint64_t buffer_bytes) {
   Buffer source(buffer_bytes, 0x5a);

@@ -40,7 +40,10 @@ RawTransfer RawTcpThroughput(uint64_t block, const RoundLength& length, uint64_t
 // round trip, after `warmup` unrecorded ones; `pace_us` of sleep between
 // round trips lets both ends go idle as a daemon between requests does.
 std::vector<double> TcpRoundTrips(int count, int warmup, int64_t pace_us = 0);
-std::vector<double> UnixRoundTrips(int count, int warmup);
+// `echo_cpu_us_per_trip`, when given, gets the echo thread's CPU time per
+// round trip: what a blocking server spends per request on this machine,
+// wake-ups included (the floor of the daemon's CPU per control op).
+std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip = nullptr);
 
 // Single-thread memcpy of `chunk`-byte pieces between two buffers of
 // `buffer_bytes` (beyond the caches) until `total` bytes are copied; GB/s.

@@ -1,8 +1,6 @@
 #include "bench/engine_client.h"
 
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,83 +18,27 @@ namespace json = boost::json;
 // ---------------------------------------------------------------------------
 // EngineClient
 
-EngineClient::EngineClient(const std::string& path) : path_(path) {
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw BenchError("socket(AF_UNIX): " + ErrnoText(errno));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(address.sun_path)) throw BenchError("control socket path too long: " + path);
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    const int error = errno;
-    ::close(fd_);
-    fd_ = -1;
-    throw BenchError("cannot connect to kvpeerd at " + path + ": " + ErrnoText(error));
-  }
+namespace {
+
+kvpeer::Client Connected(const std::string& path) {
+  kvpeer::Result<kvpeer::Client> client = kvpeer::Client::Connect(path);
+  if (!client.ok()) throw BenchError(client.error().message);
+  return std::move(client).value();
 }
 
-EngineClient::~EngineClient() { Close(); }
+}  // namespace
 
-void EngineClient::Close() {
-  if (fd_ < 0) return;
-  ::shutdown(fd_, SHUT_RDWR);
-  ::close(fd_);
-  fd_ = -1;
-}
+EngineClient::EngineClient(const std::string& path) : path_(path), client_(Connected(path)) {}
 
 void EngineClient::Send(std::string_view line, int fd) {
-  if (fd_ < 0) throw BenchError("control connection to " + path_ + " is closed");
-  std::string data(line);
-  data.push_back('\n');
-  size_t sent = 0;
-  bool first = true;
-  while (sent < data.size()) {
-    iovec iov{data.data() + sent, data.size() - sent};
-    msghdr message{};
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (first && fd >= 0) {
-      std::memset(control, 0, sizeof(control));
-      message.msg_control = control;
-      message.msg_controllen = sizeof(control);
-      cmsghdr* header = CMSG_FIRSTHDR(&message);
-      header->cmsg_level = SOL_SOCKET;
-      header->cmsg_type = SCM_RIGHTS;
-      header->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    }
-    const ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw BenchError("sending to kvpeerd at " + path_ + ": " + ErrnoText(errno));
-    sent += static_cast<size_t>(n);
-    first = false;
-  }
+  kvpeer::Result<void> sent = client_.Send(kvpeer::Request{std::string(line), fd});
+  if (!sent.ok()) throw BenchError(sent.error().message);
 }
 
 std::string EngineClient::ReadLine() {
-  for (;;) {
-    const size_t newline = buffer_.find('\n', begin_);
-    if (newline != std::string::npos) {
-      std::string line = buffer_.substr(begin_, newline - begin_);
-      begin_ = newline + 1;
-      if (begin_ == buffer_.size()) {
-        buffer_.clear();
-        begin_ = 0;
-      }
-      return line;
-    }
-    if (begin_ > 0) {
-      buffer_.erase(0, begin_);
-      begin_ = 0;
-    }
-    char chunk[65536];
-    const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw BenchError("reading from kvpeerd at " + path_ + ": " + ErrnoText(errno));
-    if (n == 0) throw BenchError("kvpeerd at " + path_ + " closed the control connection");
-    buffer_.append(chunk, static_cast<size_t>(n));
-  }
+  kvpeer::Result<std::string> line = client_.ReceiveLine();
+  if (!line.ok()) throw BenchError(line.error().message);
+  return std::move(line).value();
 }
 
 json::object EngineClient::Read() {

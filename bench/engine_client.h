@@ -2,9 +2,9 @@
 // blocking NDJSON client on one Unix-socket connection, and the shared-memory
 // region an engine registers.
 //
-// EngineClient keeps its connection open (cli/control_client.h is one-shot,
-// one request per connection, so it does not fit an engine session). It can
-// pipeline: Send() several lines, then Read() their answers in order. The
+// EngineClient is the engines' C++ client (kvpeer/client.h) with the
+// bench's error handling: every failure throws BenchError naming the step.
+// It can pipeline: Send() several lines, then Read() their answers in order. The
 // caller keeps the unanswered bytes below the socket buffers (a window of a
 // few hundred short lines), since the daemon stops reading while its answers
 // are not read.
@@ -29,13 +29,14 @@
 
 #include <boost/json/object.hpp>
 
+#include "kvpeer/client.h"
+
 namespace kvpeer::bench {
 
 class EngineClient {
  public:
   // Connects to the control socket at `path`; throws BenchError.
   explicit EngineClient(const std::string& path);
-  ~EngineClient();
   EngineClient(const EngineClient&) = delete;
   EngineClient& operator=(const EngineClient&) = delete;
 
@@ -51,15 +52,13 @@ class EngineClient {
   // Send + ReadOk.
   boost::json::object Call(std::string_view line, std::string_view what, int fd = -1);
 
-  // Half-closes and closes the connection (the daemon ends the session).
-  void Close();
-  bool open() const { return fd_ >= 0; }
+  // Closes the connection (the daemon ends the session).
+  void Close() { client_.Close(); }
+  bool open() const { return client_.open(); }
 
  private:
-  int fd_ = -1;
   std::string path_;
-  std::string buffer_;
-  size_t begin_ = 0;
+  kvpeer::Client client_;  // the engines' client (clients/cpp)
 };
 
 // Request lines.

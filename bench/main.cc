@@ -236,6 +236,7 @@ double LoadAverage() {
 struct Baselines {
   std::vector<double> tcp_rtt, unix_rtt;
   std::vector<double> tcp_rtt_paced;  // with kPaceUs between round trips
+  double unix_echo_cpu_us = 0;        // the Unix echo thread's CPU per round trip
   double memcpy_gbps = 0;
 };
 
@@ -243,7 +244,7 @@ Baselines RunBaselines(const Sizes& sizes, Report& report) {
   Baselines b;
   Progress("baseline: 64-byte round trips, memcpy");
   b.tcp_rtt = TcpRoundTrips(sizes.rtt_count, sizes.rtt_count / 10);
-  b.unix_rtt = UnixRoundTrips(sizes.rtt_count, sizes.rtt_count / 10);
+  b.unix_rtt = UnixRoundTrips(sizes.rtt_count, sizes.rtt_count / 10, &b.unix_echo_cpu_us);
   b.tcp_rtt_paced = TcpRoundTrips(sizes.lookup_count, sizes.lookup_count / 10, kPaceUs);
   b.memcpy_gbps = MemcpyGBps(kMiB, sizes.memcpy_total, sizes.region_bytes);
 
@@ -253,6 +254,7 @@ Baselines RunBaselines(const Sizes& sizes, Report& report) {
                  Percentile(b.tcp_rtt_paced, 0.5)));
   report.Add(Fig("unix_rtt_p50_us", "baseline: Unix 64 B round trip p50", "us", Percentile(b.unix_rtt, 0.5)));
   report.Add(Fig("unix_rtt_p99_us", "baseline: Unix 64 B round trip p99", "us", Percentile(b.unix_rtt, 0.99)));
+  report.Add(Fig("unix_echo_cpu_us", "baseline: Unix echo thread CPU per round trip", "us", b.unix_echo_cpu_us));
   report.Add(Fig("memcpy_GBps", "baseline: memcpy 1 MiB, 1 thread", "GB/s", b.memcpy_gbps));
   report.details()["tcp_rtt_us"] = Summary(b.tcp_rtt);
   report.details()["unix_rtt_us"] = Summary(b.unix_rtt);
@@ -615,6 +617,8 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       report.details()["lookup_idle_paced_two_call_us"] = Summary(paced_two);
       report.details()["control_op_us"] = Summary(control);
       Figure op_cpu = Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us);
+      op_cpu.baseline = base.unix_echo_cpu_us;
+      op_cpu.baseline_name = "Unix echo thread CPU";
       op_cpu.goal = Goal::kValueMax;
       op_cpu.target = 8;
       op_cpu.target_text = "<= 8 us";

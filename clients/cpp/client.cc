@@ -26,9 +26,13 @@ Result<void> Client::Send(const Request& request) {
   return socket_->SendLine(request.line, request.fd);
 }
 
-Result<Answer> Client::Receive() {
+Result<std::string> Client::ReceiveLine() {
   if (!socket_) return Error{ErrorCode::kConnection, "this client was moved from"};
-  Result<std::string> line = socket_->ReadLine();
+  return socket_->ReadLine();
+}
+
+Result<Answer> Client::Receive() {
+  Result<std::string> line = ReceiveLine();
   if (!line.ok()) return line.error();
   return Answer::Parse(std::move(line).value());
 }

@@ -24,7 +24,7 @@ constexpr size_t kChunkBytes = 64 * 1024;
 constexpr size_t kMaxQueuedLines = 16;
 constexpr size_t kMaxFdsPerReceive = 8;
 // More descriptors than any request uses; extras are closed at once.
-constexpr size_t kMaxFdsPerLine = 4;
+constexpr size_t kMaxFdsPerRead = 4;
 // An output buffer grown beyond this by one large answer (status, a lookup
 // of many keys) is given back once sent, not kept for the connection's life.
 constexpr size_t kKeptOutputBytes = 64 * 1024;
@@ -72,7 +72,8 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
       if (ec || closed_) break;
       may_have_input_ = true;
     }
-    const ssize_t received = Receive(buffer.data(), buffer.size());
+    std::shared_ptr<ReceivedDescriptors> descriptors;
+    const ssize_t received = Receive(buffer.data(), buffer.size(), &descriptors);
     if (received < 0 && WouldBlock(errno)) {
       if (errno != EINTR) may_have_input_ = false;
       continue;
@@ -80,7 +81,7 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
     if (received <= 0) break;  // end of input, or a reset connection
     // A short read took everything there was: wait before the next one.
     may_have_input_ = static_cast<size_t>(received) == buffer.size();
-    if (!Split(buffer.data(), static_cast<size_t>(received))) {
+    if (!Split(buffer.data(), static_cast<size_t>(received), descriptors)) {
       too_large_ = true;
       break;
     }
@@ -97,7 +98,12 @@ bool ControlConnection::ReadAheadFull() const {
   return queue_.size() >= kMaxQueuedLines || unanswered_bytes() >= kMaxUnansweredBytes;
 }
 
-ssize_t ControlConnection::Receive(char* buffer, size_t size) {
+UniqueFd ControlLine::TakeDescriptor() {
+  if (!descriptors || descriptors->taken >= descriptors->fds.size()) return UniqueFd();
+  return std::move(descriptors->fds[descriptors->taken++]);
+}
+
+ssize_t ControlConnection::Receive(char* buffer, size_t size, std::shared_ptr<ReceivedDescriptors>* descriptors) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerReceive)];
   iovec iov{buffer, size};
   msghdr message{};
@@ -113,14 +119,17 @@ ssize_t ControlConnection::Receive(char* buffer, size_t size) {
     for (size_t i = 0; i < count; ++i) {
       int fd = -1;
       std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-      UniqueFd owned(fd);  // closed here unless the line keeps it
-      if (partial_fds_.size() < kMaxFdsPerLine) partial_fds_.push_back(std::move(owned));
+      UniqueFd owned(fd);  // closed here unless a line may take it
+      if (!*descriptors) *descriptors = std::make_shared<ReceivedDescriptors>();
+      if ((*descriptors)->fds.size() < kMaxFdsPerRead) (*descriptors)->fds.push_back(std::move(owned));
     }
   }
   return received;
 }
 
-bool ControlConnection::Split(const char* data, size_t size) {
+bool ControlConnection::Split(const char* data, size_t size,
+                              const std::shared_ptr<ReceivedDescriptors>& descriptors) {
+  if (descriptors) partial_descriptors_ = descriptors;  // the line this read goes on with, or begins
   while (size > 0) {
     const char* newline = static_cast<const char*>(std::memchr(data, '\n', size));
     const size_t take = newline != nullptr ? static_cast<size_t>(newline - data) : size;
@@ -129,11 +138,12 @@ bool ControlConnection::Split(const char* data, size_t size) {
     if (newline == nullptr) break;
     // Counted by capacity: what the line really holds in memory.
     unanswered_bytes_ += partial_.capacity();
-    queue_.push_back(ControlLine{std::move(partial_), std::move(partial_fds_)});
+    queue_.push_back(ControlLine{std::move(partial_), std::move(partial_descriptors_)});
     partial_.clear();
-    partial_fds_.clear();
     data += take + 1;
     size -= take + 1;
+    // The next line has a part in this read only if bytes follow.
+    partial_descriptors_ = size > 0 ? descriptors : nullptr;
   }
   return true;
 }

@@ -25,10 +25,11 @@
 // answered until the socket takes them, so the queue fills and reading
 // stops too.
 //
-// A descriptor belongs to the line whose first byte arrived together with
-// it (the kernel never merges data of two sendmsg calls that carry
-// descriptors into one recvmsg), so a client sends the line with "fd": true
-// in the same sendmsg as the descriptor.
+// Descriptors: a client sends the line with "fd": true in the same sendmsg
+// as its descriptor (control-api.md `register_region`). The kernel never
+// puts two sendmsgs that carry descriptors into one recvmsg, but it does
+// put descriptor-less ones before them, so a read's descriptors go to every
+// line of that read and the line that asks takes one (ReceivedDescriptors).
 //
 // End of input: queued lines are still answered (a client may half-close
 // after its last request) and their answers written, then the connection
@@ -65,10 +66,26 @@ inline constexpr size_t kMaxUnansweredBytes = 32u * 1024 * 1024;
 // line is answered (one answer may go beyond it).
 inline constexpr size_t kMaxPendingAnswerBytes = 1u * 1024 * 1024;
 
-// One request line and the descriptors that arrived with it.
+// The descriptors (SCM_RIGHTS) that arrived in one read, shared by every
+// line that read carried a part of. Which of those lines a descriptor came
+// with is not known: the kernel hands the sendmsg that carries descriptors
+// to one read together with the descriptor-less sendmsgs queued before it
+// (and ends the read there), so a client that pipelines `hello` and
+// `register_region` without waiting may see both lines in that read. The
+// line that asks for a descriptor (`register_region` with `fd: true`) takes
+// the first one not yet taken; the rest close with the last of those lines.
+struct ReceivedDescriptors {
+  std::vector<UniqueFd> fds;
+  size_t taken = 0;
+};
+
+// One request line and the descriptors of the reads that carried it.
 struct ControlLine {
   std::string text;
-  std::vector<UniqueFd> fds;
+  std::shared_ptr<ReceivedDescriptors> descriptors;  // null when no read carried any
+
+  // The first descriptor not yet taken, or an invalid one.
+  UniqueFd TakeDescriptor();
 };
 
 // What the connection needs from the server.
@@ -124,9 +141,13 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   // Each coroutine holds `self`, which keeps the connection alive.
   boost::asio::awaitable<void> ReadLoop(std::shared_ptr<ControlConnection> self);
   // One recvmsg. Returns bytes read (0 = end of input), or -1 with errno.
-  ssize_t Receive(char* buffer, size_t size);
-  // Splits `size` new bytes into lines. False when a line is too long.
-  bool Split(const char* data, size_t size);
+  // One recvmsg; descriptors that came with it go to *descriptors (null
+  // when none did).
+  ssize_t Receive(char* buffer, size_t size, std::shared_ptr<ReceivedDescriptors>* descriptors);
+  // Splits `size` new bytes of one read into lines, giving `descriptors`
+  // (when not null) to every line the read carried a part of. False when a
+  // line is too long.
+  bool Split(const char* data, size_t size, const std::shared_ptr<ReceivedDescriptors>& descriptors);
   void EndInput();
   // The reader must wait for answers to drain before reading more.
   bool ReadAheadFull() const;
@@ -153,8 +174,8 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   ControlHandler* handler_;  // null once stopped
   std::shared_ptr<EngineSession> engine_;
 
-  std::string partial_;               // the line being assembled
-  std::vector<UniqueFd> partial_fds_;  // descriptors that arrived with it
+  std::string partial_;  // the line being assembled
+  std::shared_ptr<ReceivedDescriptors> partial_descriptors_;  // of the reads that carried it
   std::deque<ControlLine> queue_;      // complete lines not answered yet
   size_t unanswered_bytes_ = 0;        // of queue_ and the line being handled
   bool too_large_ = false;             // the reader found an over-long line

@@ -369,8 +369,7 @@ Status ControlServer::Hello(OpCall& call) {
 
 // The engine ops below need a hello: CheckOpAllowed has seen call.engine set.
 Status ControlServer::RegisterRegion(OpCall& call) {
-  UniqueFd fd;
-  if (!call.line.fds.empty()) fd = std::move(call.line.fds.front());
+  UniqueFd fd = call.line.TakeDescriptor();
   return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
 }
 

@@ -54,6 +54,8 @@ void TunePeerSocket(tcp::socket& socket) {
                      sizeof(kNotSentLowWaterBytes));
 }
 
+bool IsDataFrame(const session::OutFrame& frame) { return std::holds_alternative<protocol::BlockData>(frame.message); }
+
 uint64_t PayloadBytes(const session::OutFrame& frame) {
   uint64_t total = 0;
   for (const auto& block : frame.blocks) total += block->bytes().size();
@@ -248,10 +250,17 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       // and into the slot only a whole piece at a time (OnStagedBytes).
       const bool into_slot = payload && stream_.zero_copy();
       const bool staged = payload && !stream_.zero_copy() && !decoder_.discarding_payload();
+      // Plain TCP between payloads: one read takes the next frames' prefixes
+      // and headers together (FeedReadAhead). Not right after a payload: in
+      // a stream of data frames (bulk) the next payload comes straight from
+      // the socket into its slots, as the exact reads take it.
+      const bool read_ahead = !payload && stream_.zero_copy() && !last_frame_had_payload_;
       asio::mutable_buffer into(target.data(), target.size());
       if (staged) {
         const std::span<uint8_t> room = staging_.Room(target);
         into = asio::buffer(room.data(), room.size());
+      } else if (read_ahead) {
+        into = asio::buffer(read_ahead_);
       }
       reading_into_slot_ = into_slot;
       // The slot lets DivertAbandonedFrame take a pending read back from a
@@ -264,6 +273,10 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
       if (std::exchange(read_diverted_, false) && ec == asio::error::operation_aborted) continue;
       if (!ec) {
         bytes_received_ += n;
+        if (read_ahead) {
+          if (!FeedReadAhead(std::span<const uint8_t>(read_ahead_.data(), n))) break;
+          continue;
+        }
         if (staged) {
           OnStagedBytes(n);
         } else {
@@ -292,6 +305,38 @@ asio::awaitable<void> PeerConnection::ReadLoop() {
     if (!ProcessDecoderState()) break;
   }
   if (phase_.lingering()) co_await DiscardUntilPeerCloses();
+}
+
+// The frames in one read are decoded and acted on in order, each under the
+// limits the session sets for it (the first frames may be the handshake).
+// Payload bytes that came with a header are placed into their slot through
+// the region's descriptor (PlaceReadAhead), never through the mapping.
+bool PeerConnection::FeedReadAhead(std::span<const uint8_t> bytes) {
+  using State = protocol::FrameDecoder::State;
+  while (!bytes.empty()) {
+    if (closed()) return false;
+    if (decoder_.state() == State::kReadingPrefix)
+      decoder_.SetMaxLengths(session_->MaxInboundHeaderLen(), session_->MaxInboundPayloadLen());
+    const bool into_slot = decoder_.state() == State::kReadingPayload && !decoder_.discarding_payload();
+    const size_t used = into_slot ? PlaceReadAhead(bytes) : decoder_.Feed(bytes);
+    bytes = bytes.subspan(used);
+    if (!ProcessDecoderState()) return false;
+  }
+  return true;
+}
+
+size_t PeerConnection::PlaceReadAhead(std::span<const uint8_t> bytes) {
+  const std::span<uint8_t> slot = decoder_.WritableSpan();
+  const size_t n = std::min(slot.size(), bytes.size());
+  session_->NoteBytesReceived();
+  const bool placed = ShmRegion::WriteMapped(slot.data(), bytes.first(n));
+  if (!placed) {
+    session_->FailOpenFrame("a destination slot is no longer backed by its file (engine region truncated?)");
+    decoder_.DiscardRestOfPayload();  // these bytes count as a late read of the dropped rest
+  }
+  decoder_.Commit(n);
+  if (!placed) AfterSessionActivity();
+  return n;
 }
 
 void PeerConnection::OnStagedBytes(size_t n) {
@@ -395,6 +440,7 @@ bool PeerConnection::OnHeaderReady() {
 
 void PeerConnection::OnFrameReady() {
   const auto& message = decoder_.message();
+  last_frame_had_payload_ = decoder_.payload_len() > 0;
   CountReceived(message);
   const uint64_t refused = session_->RoundsRefused();
   if (const auto* block_data = std::get_if<protocol::BlockData>(&message)) {
@@ -465,12 +511,82 @@ void PeerConnection::Enqueue(session::OutFrame frame) {
   queued_bytes_ += head.size();
   queued_bytes_peak_ = std::max(queued_bytes_peak_, queued_bytes_);
   write_queue_.push_back(QueuedFrame{std::move(frame), std::move(head)});
+  if (MayWriteControlFramesNow()) {
+    // Issue 14 items 1 and 2: the first control frame queued in a turn of
+    // the io_context goes on the wire at once, not one turn later through
+    // the writer (an idle lookup's round trip); those queued after it in the
+    // same turn (a burst of lookups or answers) go together at the end of
+    // the turn, one gathered write for many frames.
+    if (!flush_posted_) {
+      WriteControlFramesNow();
+      FlushControlFramesLater();
+    }
+    return;
+  }
   writer_wake_.cancel();
+}
+
+// Only between the writer's frames (write_in_progress_ false: the writer
+// is parked or about to look at the queue again), only control frames
+// (data frames need the writer's torn-source handling) and only plain TCP:
+// a TLS record the socket took part of would be lost by a write that does
+// not wait, so under TLS the writer writes everything.
+bool PeerConnection::MayWriteControlFramesNow() const {
+  return phase_.now() == PeerPhase::kRunning && stream_.zero_copy() && !write_in_progress_ &&
+         !write_queue_.empty() && !IsDataFrame(write_queue_.front().frame);
+}
+
+bool PeerConnection::HeadWritten(QueuedFrame& queued, size_t& n) {
+  const size_t left = queued.head.size() - queued.written;
+  if (n < left) {
+    queued.written += n;
+    n = 0;
+    return false;
+  }
+  n -= left;
+  queued.written = queued.head.size();
+  CountSent(queued.frame.message);
+  return true;
+}
+
+// What the socket does not take now stays queued (a frame it took part of
+// is finished first) and the writer, woken, waits for room.
+void PeerConnection::WriteControlFramesNow() {
+  while (MayWriteControlFramesNow()) {
+    gathered_now_.clear();
+    for (const QueuedFrame& queued : write_queue_) {
+      if (IsDataFrame(queued.frame) || gathered_now_.size() == kMaxGatheredFrames) break;
+      gathered_now_.emplace_back(queued.head.data() + queued.written, queued.head.size() - queued.written);
+    }
+    boost::system::error_code ec;
+    size_t n = stream_.WriteSomeNow(gathered_now_, ec);
+    bytes_sent_ += n;
+    while (n > 0 && HeadWritten(write_queue_.front(), n)) {
+      queued_bytes_ -= write_queue_.front().head.size();
+      write_queue_.pop_front();
+    }
+    if (ec || FrontHalfWritten()) break;  // the writer meets a broken socket again and closes
+  }
+  if (reading_paused_ && queued_bytes_ <= max_queued_bytes_ / 2) reader_wake_.cancel();
+  if (!write_queue_.empty()) writer_wake_.cancel();
+}
+
+void PeerConnection::FlushControlFramesLater() {
+  flush_posted_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->flush_posted_ = false;
+    if (self->MayWriteControlFramesNow()) {
+      self->WriteControlFramesNow();
+    } else if (!self->write_queue_.empty()) {
+      self->writer_wake_.cancel();
+    }
+  });
 }
 
 asio::awaitable<void> PeerConnection::WriteLoop() {
   auto self = shared_from_this();
-  while (!closed()) {
+  // A lingering connection still finishes the frame the socket took part of.
+  while (!closed() || (phase_.lingering() && FrontHalfWritten())) {
     if (write_queue_.empty()) {
       // Pulling also tells the session the previous data frame is written,
       // which may release store results held until then.
@@ -483,13 +599,12 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
       co_await writer_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    QueuedFrame queued = std::move(write_queue_.front());
-    write_queue_.pop_front();
-    queued_bytes_ -= queued.head.size();
-    if (reading_paused_ && queued_bytes_ <= max_queued_bytes_ / 2) reader_wake_.cancel();
-    session::OutFrame& frame = queued.frame;
     boost::system::error_code ec;
-    const bool torn = co_await WriteFrame(queued, ec);
+    if (IsDataFrame(write_queue_.front().frame)) {
+      co_await WriteDataFrame(ec);
+    } else {
+      co_await WriteControlFrames(ec);
+    }
     if (closed()) {
       if (phase_.lingering()) SendDisconnectAndFin();  // the frame is out: the disconnect may follow it
       co_return;
@@ -498,10 +613,58 @@ asio::awaitable<void> PeerConnection::WriteLoop() {
       CloseSocketAndSession(session::CloseCause::kConnectionLost, "write failed: " + ec.message());
       co_return;
     }
-    CountSent(frame.message);
-    if (torn) OnTornFrameWritten(std::get<protocol::BlockData>(frame.message));
-    // `frame` dies here: its source blocks are unpinned now that they are on the wire.
   }
+}
+
+asio::awaitable<void> PeerConnection::WriteDataFrame(boost::system::error_code& ec) {
+  QueuedFrame queued = std::move(write_queue_.front());
+  write_queue_.pop_front();
+  queued_bytes_ -= queued.head.size();
+  if (reading_paused_ && queued_bytes_ <= max_queued_bytes_ / 2) reader_wake_.cancel();
+  const bool torn = co_await WriteFrame(queued, ec);
+  if (closed() || ec) co_return;
+  CountSent(queued.frame.message);
+  if (torn) OnTornFrameWritten(std::get<protocol::BlockData>(queued.frame.message));
+  // `queued` dies here: its source blocks are unpinned now that they are on the wire.
+}
+
+// The batch leaves the queue first, so a close (which empties the queue)
+// cannot pull the bytes of a write in flight away.
+asio::awaitable<void> PeerConnection::WriteControlFrames(boost::system::error_code& ec) {
+  control_batch_.clear();
+  size_t batch_bytes = 0;
+  while (!write_queue_.empty() && control_batch_.size() < kMaxGatheredFrames &&
+         !IsDataFrame(write_queue_.front().frame)) {
+    if (phase_.lingering() && write_queue_.front().written == 0) break;
+    batch_bytes += write_queue_.front().head.size();
+    if (!control_batch_.empty() && batch_bytes > kMaxGatheredBytes) break;
+    queued_bytes_ -= write_queue_.front().head.size();
+    control_batch_.push_back(std::move(write_queue_.front()));
+    write_queue_.pop_front();
+    if (phase_.lingering()) break;  // the session is over: only the frame begun is finished
+  }
+  if (reading_paused_ && queued_bytes_ <= max_queued_bytes_ / 2) reader_wake_.cancel();
+  write_in_progress_ = true;
+  last_write_progress_ = std::chrono::steady_clock::now();
+  size_t first = 0;  // the first frame not wholly written
+  while (first < control_batch_.size() && MayWriteOn()) {
+    // Closed meanwhile: a frame not begun is dropped with the session.
+    if (phase_.lingering() && control_batch_[first].written == 0) break;
+    gathered_.clear();
+    for (size_t i = first; i < control_batch_.size(); ++i) {
+      const QueuedFrame& queued = control_batch_[i];
+      gathered_.emplace_back(queued.head.data() + queued.written, queued.head.size() - queued.written);
+    }
+    size_t n = co_await stream_.WriteSome(gathered_, ec);
+    if (n > 0) {
+      bytes_sent_ += n;
+      last_write_progress_ = std::chrono::steady_clock::now();
+    }
+    while (n > 0 && HeadWritten(control_batch_[first], n)) ++first;
+    if (ec) break;
+  }
+  write_in_progress_ = false;
+  control_batch_.clear();
 }
 
 asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec) {
@@ -539,7 +702,7 @@ void PeerConnection::OnTornFrameWritten(const protocol::BlockData& data) {
   session_->OnDataFrameTorn(data, reason);
   for (QueuedFrame& queued : write_queue_) {
     auto* done = std::get_if<protocol::TransferDone>(&queued.frame.message);
-    if (done == nullptr || !done->success || done->kv_request_id != data.kv_request_id ||
+    if (done == nullptr || queued.written != 0 || !done->success || done->kv_request_id != data.kv_request_id ||
         done->round_seq != data.round_seq) {
       continue;
     }
@@ -601,7 +764,8 @@ void PeerConnection::AfterSessionActivity() {
     }
     // The PeerManager logs the close (OnConnectionClosed), with its class.
   }
-  if (!closed() && (!write_queue_.empty() || session_->HasDataToSend())) writer_wake_.cancel();
+  // Control frames a posted flush will gather need no writer (Enqueue).
+  if (!closed() && ((!write_queue_.empty() && !flush_posted_) || session_->HasDataToSend())) writer_wake_.cancel();
   listener_.OnSessionActivity(*this, *session_);
   if (closed() && !close_reported_) {
     close_reported_ = true;
@@ -639,14 +803,15 @@ void PeerConnection::DivertAbandonedFrame() {
 void PeerConnection::Linger() {
   phase_.Enter(PeerPhase::kLingering);
   // Only the disconnect is still to be written; the other frames' pins go now.
+  // A control frame the socket took part of stays, to be finished first.
   std::erase_if(write_queue_, [](const QueuedFrame& queued) {
-    return !std::holds_alternative<protocol::Disconnect>(queued.frame.message);
+    return queued.written == 0 && !std::holds_alternative<protocol::Disconnect>(queued.frame.message);
   });
   queued_bytes_ = 0;
   auto self = shared_from_this();
   tick_timer_.expires_after(kMaxLinger);
   tick_timer_.async_wait([self](boost::system::error_code) { self->EndLinger(); });
-  if (!write_in_progress_) SendDisconnectAndFin();
+  if (!write_in_progress_ && !FrontHalfWritten()) SendDisconnectAndFin();
 }
 
 void PeerConnection::SendDisconnectAndFin() {
@@ -682,7 +847,7 @@ void PeerConnection::EnterClosed() {
 void PeerConnection::TrySendDisconnectNow() {
   // Only when no frame is half-written: a disconnect spliced into another
   // frame would corrupt the stream; the peer's liveness check covers the rest.
-  if (write_in_progress_ || !socket_.is_open() || !phase_.loops_started()) return;
+  if (write_in_progress_ || FrontHalfWritten() || !socket_.is_open() || !phase_.loops_started()) return;
   for (const QueuedFrame& queued : write_queue_) {
     const session::OutFrame& frame = queued.frame;
     if (!std::holds_alternative<protocol::Disconnect>(frame.message)) continue;

@@ -1,10 +1,15 @@
 // PeerConnection: one TCP connection to one peer node, owning its
 // PeerSession and the bytes moving through it.
 //
-// Reading is zero-copy for block data on plain TCP: every read goes exactly
-// where the FrameDecoder wants its next bytes (prefix, header, or, once a
-// block_data header is accepted, the destination slots the session names),
-// so payload bytes are never copied in user space. Under TLS the payload is
+// Reading is zero-copy for block data on plain TCP: after a frame without
+// payload one read takes what the socket holds, up to kReadAheadBytes (the
+// next frames' prefixes and headers: a burst of control frames costs one
+// read, not two a frame); after a frame with payload every read goes
+// exactly where the FrameDecoder wants its next bytes (prefix, header, or,
+// once a block_data header is accepted, the destination slots the session
+// names), so in a stream of data frames payload bytes are never copied in
+// user space. Payload bytes that came in a read-ahead with their header (at
+// most kReadAheadBytes a frame) are placed through the region's descriptor. Under TLS the payload is
 // decrypted into a staging buffer and copied into its slot only a whole
 // block (at most BlockStaging::kMaxPieceBytes) at a time. Writing is one FIFO of frames: the
 // session's control frames are appended as they are sent, and a data frame is
@@ -173,7 +178,19 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   struct QueuedFrame {
     session::OutFrame frame;
     std::string head;
+    // Bytes of `head` already on the wire (control frames only: a direct
+    // write the socket took part of; the writer finishes the frame).
+    size_t written = 0;
   };
+  // Control frames written by one gathered write at most (Asio passes at
+  // most 64 buffers to one sendmsg).
+  static constexpr size_t kMaxGatheredFrames = 64;
+  // The writer's batch leaves the queue's byte count when it starts, so it
+  // takes at most this many bytes (or one frame): what the writer holds
+  // beyond max_queued_bytes_ stays about what one frame was before batches.
+  static constexpr size_t kMaxGatheredBytes = 64 * 1024;
+  // One read between payloads (plain TCP) takes at most this many bytes.
+  static constexpr size_t kReadAheadBytes = 8 * 1024;
 
   // The session's identity check under TLS (session::IdentityCheck).
   Status CheckIdentity(const std::string& peer_id) const;
@@ -182,10 +199,33 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // placed into its slot through the region's descriptor, and when that
   // slot's file no longer holds it the load fails and the frame is dropped.
   void OnStagedBytes(size_t n);
+  // Plain TCP: `bytes` arrived between payloads; false once the connection
+  // must stop reading.
+  bool FeedReadAhead(std::span<const uint8_t> bytes);
+  // Payload bytes of the read-ahead into the current slot; how many.
+  size_t PlaceReadAhead(std::span<const uint8_t> bytes);
   boost::asio::awaitable<void> WriteLoop();
+  // Writes the data frame at the front of the queue, then counts it.
+  boost::asio::awaitable<void> WriteDataFrame(boost::system::error_code& ec);
   // Writes one frame piece by piece, noting each byte the socket accepts.
   // True when the frame's source was torn (it went out padded with zeros).
   boost::asio::awaitable<bool> WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec);
+  // Writes the control frames at the front of the queue (at most
+  // kMaxGatheredFrames) with one gathered write each time the socket takes
+  // bytes; while lingering only the frame the socket already took part of.
+  boost::asio::awaitable<void> WriteControlFrames(boost::system::error_code& ec);
+  // Plain TCP, the writer idle: the control frames at the front of the
+  // queue go out now, without a hop through the writer (see Enqueue).
+  void WriteControlFramesNow();
+  // Posts one WriteControlFramesNow for the end of this turn of the io_context.
+  void FlushControlFramesLater();
+  bool MayWriteControlFramesNow() const;
+  // `n` more bytes of `queued`'s head are on the wire; true when it is whole
+  // (then it is counted as sent).
+  bool HeadWritten(QueuedFrame& queued, size_t& n);
+  // The frame at the front of the queue is partly on the wire: nothing may
+  // be written before it is finished.
+  bool FrontHalfWritten() const { return !write_queue_.empty() && write_queue_.front().written > 0; }
   void OnTornFrameWritten(const protocol::BlockData& data);
   // The write-progress liveness check (wire spec section 4 step 8).
   bool WriterStalled() const;
@@ -238,6 +278,13 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   std::unique_ptr<session::PeerSession> session_;
   protocol::FrameDecoder decoder_;
   std::deque<QueuedFrame> write_queue_;
+  // The writer's batch of control frames being written (reused).
+  std::vector<QueuedFrame> control_batch_;
+  std::vector<boost::asio::const_buffer> gathered_;      // their buffers (reused)
+  std::vector<boost::asio::const_buffer> gathered_now_;  // WriteControlFramesNow's (reused)
+  // A flush of the control frames queued during this turn of the
+  // io_context is posted (see Enqueue).
+  bool flush_posted_ = false;
   uint64_t queued_bytes_ = 0;  // sum of the queued heads
   uint64_t queued_bytes_peak_ = 0;
   uint64_t max_queued_bytes_ = 0;
@@ -272,6 +319,8 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // piece at a time (BlockStaging, at most kMaxPieceBytes).
   std::vector<uint8_t> bounce_out_;
   BlockStaging staging_;
+  std::array<uint8_t, kReadAheadBytes> read_ahead_{};
+  bool last_frame_had_payload_ = false;  // the next read is exact (ReadLoop)
   bool close_reported_ = false;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;

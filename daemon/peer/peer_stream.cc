@@ -128,6 +128,16 @@ void PeerStream::SetReceiveLowWater(uint64_t payload_remaining) {
   receive_low_water_ = wanted;
 }
 
+size_t PeerStream::WriteSomeNow(const std::vector<asio::const_buffer>& buffers, boost::system::error_code& ec) {
+  if (tls_) {  // a TLS record cut short by a full socket would be lost: the writer does TLS
+    ec = asio::error::operation_not_supported;
+    return 0;
+  }
+  if (!plain_.non_blocking()) plain_.non_blocking(true, ec);
+  if (ec) return 0;
+  return plain_.write_some(buffers, ec);
+}
+
 size_t PeerStream::TryWriteNow(asio::const_buffer bytes, boost::system::error_code& ec) {
   if (tls_ && !handshake_done_) {  // nothing can be said before the handshake
     ec = asio::error::not_connected;

@@ -121,6 +121,13 @@ class PeerStream {
   // SO_RCVLOWAT now (1 = every byte wakes the reader).
   int receive_low_water() const { return receive_low_water_; }
 
+  // Plain TCP only (zero_copy()): one non-blocking gathered write of what
+  // the socket takes now, never waiting and never passing through the
+  // io_context; would_block (nothing taken) is an error code like any
+  // other. Used to put control frames on the wire at once when the writer
+  // is idle (PeerConnection::WriteControlFramesNow).
+  size_t WriteSomeNow(const std::vector<boost::asio::const_buffer>& buffers, boost::system::error_code& ec);
+
   // Best effort, never blocking: writes what the socket takes now (used for
   // a last `disconnect` right before closing). REQUIRES: no write in flight.
   size_t TryWriteNow(boost::asio::const_buffer bytes, boost::system::error_code& ec);

@@ -32,6 +32,7 @@
 #include "daemon/node/node_model.h"
 #include "daemon/node/peer_service.h"
 #include "base/unique_fd.h"
+#include "kvpeer/descriptor_passing.h"
 
 namespace kvpeer::daemon::testing {
 
@@ -266,21 +267,7 @@ class Client {
 
   // Sends `bytes` as one sendmsg, with `fd` attached when >= 0.
   void SendWithFd(const std::string& bytes, int fd) {
-    iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
-    msghdr message{};
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (fd >= 0) {
-      message.msg_control = control;
-      message.msg_controllen = sizeof(control);
-      cmsghdr* header = CMSG_FIRSTHDR(&message);
-      header->cmsg_level = SOL_SOCKET;
-      header->cmsg_type = SCM_RIGHTS;
-      header->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    }
-    if (::sendmsg(fd_.get(), &message, MSG_NOSIGNAL) != ssize_t(bytes.size())) throw std::runtime_error("sendmsg");
+    if (kvpeer::SendWithDescriptor(fd_.get(), bytes, fd) != ssize_t(bytes.size())) throw std::runtime_error("sendmsg");
   }
 
   // Writes everything, pumping the daemon while the socket is full; stops

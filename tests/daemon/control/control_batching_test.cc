@@ -128,6 +128,28 @@ TEST_CASE("a descriptor stays with its line when one read takes several lines") 
   CHECK(client.Response().at("id") == 4);
 }
 
+TEST_CASE("a descriptor reaches its line when a descriptor-less line is read together with it") {
+  Daemon daemon;
+  Client client(daemon);
+  UniqueFd memfd = testing::MakeMemfd(testing::kNumBlocks * testing::kBlockLen);
+  // hello and register_region pipelined without waiting, each in its own
+  // sendmsg as clients send them: the kernel gives both to one read, the
+  // descriptor arriving with hello's bytes in front.
+  client.SendWithFd(json::serialize(testing::Hello()) + "\n", -1);
+  client.SendWithFd(json::serialize(json::object{{"op", "register_region"}, {"fd", true},
+                                                 {"num_blocks", testing::kNumBlocks}, {"id", 7}}) + "\n",
+                    memfd.get());
+  CHECK(client.Response().at("ok") == true);
+  json::object registered = client.Response();
+  CHECK(registered.at("id") == 7);
+  CHECK(registered.at("ok") == true);
+  // A descriptor is taken once: a second register_region in a later read
+  // has none (and is refused as the second region anyway).
+  json::object again =
+      client.Call(json::object{{"op", "register_region"}, {"fd", true}, {"num_blocks", testing::kNumBlocks}});
+  CHECK(again.at("ok") == false);
+}
+
 TEST_CASE("answers written straight into the output are the JSON the API specifies") {
   Daemon daemon;
   Engine engine(daemon);

@@ -50,6 +50,9 @@ class Client {
   // Pipelining.
   Result<void> Send(const Request& request);
   Result<Answer> Receive();
+  // The next answer line as the daemon wrote it (without the newline), not
+  // parsed: for callers that recognise answers by their text.
+  Result<std::string> ReceiveLine();
   // Send, then Receive.
   Result<Answer> Call(const Request& request);
 
