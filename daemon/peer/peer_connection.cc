@@ -44,7 +44,7 @@ constexpr size_t kMaxLookupsAwaiting = 4096;
 // socket not writable: a control frame queued behind bulk data waits for
 // at most this much of it in our send buffer, not for the whole
 // autotuned buffer (docs/performance.md, "Lookups during bulk").
-constexpr int kNotSentLowWaterBytes = 256 * 1024;
+constexpr int kNotSentLowWaterBytes = 512 * 1024;
 
 // Small frames go out at once; bulk data does not pile up unsent.
 void TunePeerSocket(tcp::socket& socket) {
