@@ -47,6 +47,8 @@ string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION
   "region into the consumer node's slots. kvpeerctl is its operator CLI.")
 # Depends: computed from the binaries' shared libraries (dpkg-shlibdeps).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# The units' ExecReload= runs /bin/kill (procps).
+set(CPACK_DEBIAN_PACKAGE_DEPENDS procps)
 # systemd-sysusers creates the kvpeer user; the units need systemd anyway.
 # python3 runs the kvpeer Python package (optional: the daemon needs none).
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "systemd, python3")

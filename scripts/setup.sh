@@ -32,7 +32,7 @@ packages=(
   libssl-dev openssl libsystemd-dev systemd dpkg-dev libxxhash-dev
   clang libclang-rt-14-dev lcov
   python3-venv python3-pip python3-setuptools python3-wheel
-  iproute2 nftables debootstrap systemd-container
+  iproute2 nftables debootstrap systemd-container procps
 )
 
 missing=()

@@ -51,6 +51,10 @@ else
   mkdir -p "$sysroot/usr/lib/sysusers.d"
   install -m 0644 "$root_dir/systemd/kvpeer.sysusers.conf" "$sysroot/usr/lib/sysusers.d/kvpeer.conf"
 fi
+# ExecReload's /bin/kill is the system's (procps), not ours: the root gets
+# the machine's, as a Debian system has it.
+mkdir -p "$sysroot/bin"
+install -m 0755 /bin/kill "$sysroot/bin/kill"
 # The machine's units (targets the ours depend on), never replacing ours.
 for dir in /usr/lib/systemd/system /lib/systemd/system; do
   if [ -d "$dir" ]; then cp -rn "$dir/." "$unit_dir/"; fi
