@@ -1,9 +1,5 @@
 #include "daemon/peer/peer_connection.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -40,19 +36,9 @@ constexpr auto kMaxLinger = std::chrono::seconds(1);
 // Lookups awaiting their lookup_resp for the round-trip histogram; a peer
 // that never answers cannot grow this beyond the bound.
 constexpr size_t kMaxLookupsAwaiting = 4096;
-// Unsent bytes the kernel may hold for a peer socket before it reports the
-// socket not writable: a control frame queued behind bulk data waits for
-// at most this much of it in our send buffer, not for the whole
-// autotuned buffer (docs/performance.md, "Lookups during bulk").
-constexpr int kNotSentLowWaterBytes = 512 * 1024;
-
-// Small frames go out at once; bulk data does not pile up unsent.
-void TunePeerSocket(tcp::socket& socket) {
-  socket.set_option(tcp::no_delay(true));
-  // Best effort: a kernel without it still works, only with longer queues.
-  (void)::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kNotSentLowWaterBytes,
-                     sizeof(kNotSentLowWaterBytes));
-}
+// Small frames go out at once. (How much bulk data may wait unsent is
+// SendLowWater's.)
+void TunePeerSocket(tcp::socket& socket) { socket.set_option(tcp::no_delay(true)); }
 
 bool IsDataFrame(const session::OutFrame& frame) { return std::holds_alternative<protocol::BlockData>(frame.message); }
 
@@ -507,6 +493,7 @@ void PeerConnection::Enqueue(session::OutFrame frame) {
     if (lookups_awaiting_.size() == kMaxLookupsAwaiting) lookups_awaiting_.pop_front();
     lookups_awaiting_.emplace_back(lookup->round_seq, std::chrono::steady_clock::now());
   }
+  NoteQueued(frame);
   std::string head = protocol::EncodeFrame(frame.message, PayloadBytes(frame));
   queued_bytes_ += head.size();
   queued_bytes_peak_ = std::max(queued_bytes_peak_, queued_bytes_);
@@ -524,6 +511,16 @@ void PeerConnection::Enqueue(session::OutFrame frame) {
     return;
   }
   writer_wake_.cancel();
+}
+
+void PeerConnection::NoteQueued(const session::OutFrame& frame) {
+  const bool latency = std::holds_alternative<protocol::Lookup>(frame.message) ||
+                       std::holds_alternative<protocol::LookupResp>(frame.message);
+  if (latency) {
+    send_low_water_.OnLatencyFrame(socket_.native_handle(), std::chrono::steady_clock::now());
+  } else if (IsDataFrame(frame) && send_low_water_.bounded()) {
+    send_low_water_.OnDataFrame(socket_.native_handle(), std::chrono::steady_clock::now());
+  }
 }
 
 // Only between the writer's frames (write_in_progress_ false: the writer

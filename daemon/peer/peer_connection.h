@@ -60,6 +60,7 @@
 #include "daemon/peer/peer_phase.h"
 #include "daemon/peer/peer_resolver.h"
 #include "daemon/peer/peer_stream.h"
+#include "daemon/peer/send_low_water.h"
 #include "protocol/frame_decoder.h"
 #include "protocol/messages.h"
 #include "session/peer_session.h"
@@ -270,6 +271,8 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // After the session closed on `message` (nullptr: a frame the decoder
   // refused): the violation's label, when the close cause is one.
   void NoteViolation(const protocol::Message* message);
+  // Keeps the socket's unsent-bytes bound in step with the frames queued.
+  void NoteQueued(const session::OutFrame& frame);
 
   PeerStream stream_;
   boost::asio::ip::tcp::socket& socket_;  // stream_'s TCP socket
@@ -285,6 +288,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // A flush of the control frames queued during this turn of the
   // io_context is posted (see Enqueue).
   bool flush_posted_ = false;
+  SendLowWater send_low_water_;
   uint64_t queued_bytes_ = 0;  // sum of the queued heads
   uint64_t queued_bytes_peak_ = 0;
   uint64_t max_queued_bytes_ = 0;
