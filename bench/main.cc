@@ -342,17 +342,13 @@ void ReportChecksumCost(const std::string& name, const std::vector<double>& on_g
                               "GB/s", on_gbps);
   speed.baseline = off.value;
   speed.baseline_name = "checksums off";
-  speed.goal = Goal::kRatioMin;
-  speed.target = 0.9;
-  speed.target_text = ">= 0.9x";
+  speed.Aim(Goal::kRatioMin, 0.9, ">= 0.9x");
   report.Add(speed);
   Figure cpu = MedianFigure("bulk_" + name + "_checksum_cpu_s_per_GB",
                             "CPU of both daemons per GB, " + name + ", checksums on", "s/GB", on_cpu);
   cpu.baseline = SpreadOf(off_cpu).median;
   cpu.baseline_name = "checksums off";
-  cpu.goal = Goal::kRatioMax;
-  cpu.target = 1.15;
-  cpu.target_text = "<= 1.15x";
+  cpu.Aim(Goal::kRatioMax, 1.15, "<= 1.15x");
   report.Add(cpu);
 }
 
@@ -474,9 +470,7 @@ RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const
 Figure PairRatioFigure(std::string id, std::string name, const std::vector<double>& numerator,
                        const std::vector<double>& denominator, Goal goal, double target, std::string target_text) {
   Figure f = MedianFigure(std::move(id), std::move(name), "x", PairRatios(numerator, denominator));
-  f.goal = goal;
-  f.target = target;
-  f.target_text = std::move(target_text);
+  f.Aim(goal, target, std::move(target_text));
   return f;
 }
 
@@ -490,17 +484,13 @@ void ReportRounds(const std::string& name, bool first, const RoundSamples& s, co
                              s.daemon_gbps);
   gbps.baseline = SpreadOf(s.raw_gbps).median;
   gbps.baseline_name = "raw TCP";
-  gbps.goal = Goal::kRatioMin;
-  gbps.target = first ? 0.9 : 0.6;
-  gbps.target_text = first ? ">= 0.9x" : ">= 0.6x";
+  gbps.Aim(Goal::kRatioMin, first ? 0.9 : 0.6, first ? ">= 0.9x" : ">= 0.6x");
   report.Add(gbps);
   Figure cpu = MedianFigure("bulk_" + name + "_cpu_s_per_GB", "CPU of both daemons per GB, " + name, "s/GB",
                             s.daemon_cpu);
   cpu.baseline = SpreadOf(s.raw_cpu).median;
   cpu.baseline_name = "raw pair";
-  cpu.goal = Goal::kRatioMax;
-  cpu.target = 1.25;
-  cpu.target_text = "<= 1.25x";
+  cpu.Aim(Goal::kRatioMax, 1.25, "<= 1.25x");
   report.Add(cpu);
   report.Add(MedianFigure("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB",
                           s.engine_cpu));
@@ -571,11 +561,9 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       Figure lookup = Fig("lookup_idle_p50_us", "peer lookup p50 (one call, wait_ms), idle", "us", Percentile(idle, 0.5));
       lookup.baseline = rtt;
       lookup.baseline_name = "TCP RTT p50";
-      lookup.goal = Goal::kValueMax;
-      lookup.target = 2 * rtt + 50;
       char text[64];
-      std::snprintf(text, sizeof(text), "<= 2xRTT+50 = %.0f us", lookup.target);
-      lookup.target_text = text;
+      std::snprintf(text, sizeof(text), "<= 2xRTT+50 = %.0f us", 2 * rtt + 50);
+      lookup.Aim(Goal::kValueMax, 2 * rtt + 50, text);
       report.Add(lookup);
       Figure lookup99 = Fig("lookup_idle_p99_us", "peer lookup p99, idle", "us", Percentile(idle, 0.99));
       lookup99.baseline = Percentile(base.tcp_rtt, 0.99);
@@ -584,9 +572,7 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       Figure op = Fig("control_op_p50_us", "control op (poll, nothing ready) p50", "us", Percentile(control, 0.5));
       op.baseline = Percentile(base.unix_rtt, 0.5);
       op.baseline_name = "Unix RTT p50";
-      op.goal = Goal::kRatioMax;
-      op.target = 1.5;
-      op.target_text = "<= 1.5x";
+      op.Aim(Goal::kRatioMax, 1.5, "<= 1.5x");
       report.Add(op);
       Figure op99 = Fig("control_op_p99_us", "control op (poll, nothing ready) p99", "us", Percentile(control, 0.99));
       op99.baseline = Percentile(base.unix_rtt, 0.99);
@@ -596,9 +582,7 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
                            "us", Percentile(paced, 0.5));
       paced50.baseline = Percentile(base.tcp_rtt_paced, 0.5);
       paced50.baseline_name = "TCP RTT p50, 200 us apart";
-      paced50.goal = Goal::kRatioMax;
-      paced50.target = 4;
-      paced50.target_text = "<= 4x";
+      paced50.Aim(Goal::kRatioMax, 4, "<= 4x");
       report.Add(paced50);
       Figure two50 = Fig("lookup_idle_two_call_p50_us", "peer lookup p50 (flush, then again while retry), idle", "us",
                          Percentile(idle_two, 0.5));
@@ -619,9 +603,7 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       Figure op_cpu = Fig("control_op_daemon_cpu_us", "consumer daemon CPU per control op", "us", control_cpu_us);
       op_cpu.baseline = base.unix_echo_cpu_us;
       op_cpu.baseline_name = "Unix echo thread CPU";
-      op_cpu.goal = Goal::kValueMax;
-      op_cpu.target = 8;
-      op_cpu.target_text = "<= 8 us";
+      op_cpu.Aim(Goal::kValueMax, 8, "<= 8 us");
       report.Add(op_cpu);
       // Includes the finish after each lookup and the engine's repeated
       // lookups until the answer is known.
@@ -691,9 +673,7 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
                   Percentile(busy, 0.5)));
       Figure busy99 = Fig("lookup_busy_p99_us", "peer lookup p99, during bulk on the same connection", "us",
                     Percentile(busy, 0.99));
-      busy99.goal = Goal::kValueMax;
-      busy99.target = 5000;
-      busy99.target_text = "<= 5000 us";
+      busy99.Aim(Goal::kValueMax, 5000, "<= 5000 us");
       report.Add(busy99);
       Figure during = Fig("bulk_" + name + "_with_lookups_GBps", "bulk fetch " + name + " while lookups run", "GB/s",
                     loaded.result.GBps());
@@ -820,9 +800,7 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
       } else {
         f.baseline = p50_at_1;
         f.baseline_name = "same, 1 in flight";
-        f.goal = Goal::kRatioMax;
-        f.target = 2;
-        f.target_text = "<= 2x";
+        f.Aim(Goal::kRatioMax, 2, "<= 2x");
       }
       report.Add(f);
       json::object d = Summary(r.latencies_us);
@@ -886,12 +864,8 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
         Figure rate = Fig("burst_requests_per_s_" + std::to_string(n) + "_peers_" + std::to_string(peers),
                           "lookup+load throughput, " + where, "req/s", r.seconds > 0 ? n * repeats / r.seconds : 0.0);
         if (peers == 1) {
-          cpu.goal = Goal::kValueMax;
-          cpu.target = 30;
-          cpu.target_text = "<= 30 us";
-          rate.goal = Goal::kValueMin;
-          rate.target = 40000;
-          rate.target_text = ">= 40000 req/s";
+          cpu.Aim(Goal::kValueMax, 30, "<= 30 us");
+          rate.Aim(Goal::kValueMin, 40000, ">= 40000 req/s");
         }
         report.Add(cpu);
         report.Add(rate);

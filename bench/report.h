@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json/object.hpp>
@@ -33,6 +34,14 @@ struct Figure {
   Goal goal = Goal::kNone;
   double target = 0;
   std::string target_text;  // as the issue states it
+
+  // Gives the figure its target: `goal` says how `target` is compared
+  // (with the ratio or the value), `text` how the table shows it.
+  void Aim(Goal how, double value, std::string text) {
+    goal = how;
+    target = value;
+    target_text = std::move(text);
+  }
   // For a figure measured several times (value is then the median).
   std::optional<Spread> spread;
 
