@@ -134,6 +134,8 @@ struct ClientRole::Impl {
   void Retire(RoundSeq round);
   void AfterFrame(RoundSeq round, Load& load);
   bool OwesEngine(const RequestState& st) const;
+  void TakeUnservedLoads(RequestState& st, std::vector<UnservedLoad>* out);
+  void TakeUnansweredProbes(const std::string& kv, RequestState& st, std::vector<UnservedProbes>* out);
   std::optional<FailureReport> CheckLanded(const protocol::BlockData& message, Load& load);
 };
 
@@ -279,6 +281,42 @@ bool ClientRole::Impl::OwesEngine(const RequestState& st) const {
   for (const auto& [key, probe] : st.probes)
     if (probe == Probe::kUnsent || probe == Probe::kSent) return true;
   return false;
+}
+
+// Nothing of such a load reached its slots or is on its way there, and a
+// disaggregated fetch names no round the peer pinned anything for, so the
+// same fetch over another connection is the same request. A symmetric
+// load is never handed back: its hits were pinned for this connection's
+// round, which dies with it.
+void ClientRole::Impl::TakeUnservedLoads(RequestState& st, std::vector<UnservedLoad>* out) {
+  for (auto round_it = st.loads.begin(); round_it != st.loads.end();) {
+    const RoundSeq round = *round_it;
+    Load& load = loads.at(round);
+    if (load.phase != Phase::kInFlight || load.slots.received() != 0 || load.slots.frame_open()) {
+      ++round_it;
+      continue;
+    }
+    out->push_back(UnservedLoad{load.job_id, load.kv_request_id, std::move(load.keys), load.slots.indexes(),
+                                load.slots.sink()});
+    Unschedule(round, load);
+    jobs_owing.erase(load.job_id);
+    loads.erase(round);
+    round_it = st.loads.erase(round_it);
+  }
+}
+
+// A request with a hit or a load here fails as a whole when the session
+// closes (its pins die with it); only one that merely waits for answers
+// can ask again elsewhere without the engine noticing.
+void ClientRole::Impl::TakeUnansweredProbes(const std::string& kv, RequestState& st,
+                                            std::vector<UnservedProbes>* out) {
+  if (!st.loads.empty() || HoldsConfirmedHits(st)) return;
+  UnservedProbes probes{kv, {}};
+  for (const auto& [key, probe] : st.probes) {
+    if (probe == Probe::kUnsent || probe == Probe::kSent) probes.keys.push_back(key);
+  }
+  CloseRound(kv, st);
+  if (!probes.keys.empty()) out->push_back(std::move(probes));
 }
 
 ClientRole::ClientRole(std::string peer_id, ClientConfig config, Clock clock, SendFn send)
@@ -566,6 +604,20 @@ ClientCloseResult ClientRole::Close(const std::string& reason, JobFailure cause)
   impl_->deadlines.clear();
   impl_->jobs_owing.clear();
   return out;
+}
+
+UnservedWork ClientRole::TakeUnservedWork() {
+  UnservedWork work;
+  if (impl_->closed) return work;
+  for (auto& [kv, st] : impl_->requests) {
+    if (st.symmetric) {
+      impl_->TakeUnansweredProbes(kv, st, &work.probes);
+    } else {
+      impl_->TakeUnservedLoads(st, &work.loads);
+    }
+  }
+  std::erase_if(impl_->requests, [](const auto& entry) { return entry.second.Idle(); });
+  return work;
 }
 
 bool ClientRole::HasActiveLoads() const { return !impl_->loads.empty(); }

@@ -33,6 +33,7 @@
 #include "protocol/messages.h"
 #include "base/status.h"
 #include "session/session_types.h"
+#include "session/unserved_work.h"
 
 namespace kvpeer::session {
 
@@ -134,6 +135,13 @@ class ClientRole {
   // counted as `cause` (kSessionClosed, or kShutdown when the node stops).
   ClientCloseResult Close(const std::string& reason, JobFailure cause = JobFailure::kSessionClosed);
 
+  // Takes back what the peer never served, so it can be asked again over
+  // another connection to the same peer (session/unserved_work.h): loads
+  // of requests that never probed this peer (disaggregated prefill) whose
+  // fetch nothing answered yet, and the unanswered probes of requests that
+  // hold no hit and no load here. They leave the role without a result;
+  // everything else stays for Close. Called just before Close.
+  UnservedWork TakeUnservedWork();
   // A load whose round is not retired yet: in flight, or aborted and
   // awaiting abort_ack (its late frames are still expected).
   bool HasActiveLoads() const;

@@ -120,6 +120,7 @@ struct PeerSession::Impl {
   std::string close_reason;
   CloseCause close_cause = CloseCause::kOpen;
   PeerDisconnectReason peer_disconnect_reason = PeerDisconnectReason::kUnspecified;
+  bool hands_back_work = false;  // PeerSession::hands_back_work()
   SessionCounters counters;
   std::optional<Duration> rtt;
   TimePoint started_at{};
@@ -358,6 +359,18 @@ std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   return next;
 }
 
+// Closed because another connection to the same peer takes its place:
+// this node settled a duplicate, or the peer did and said so after it had
+// authenticated (before that, what a connection says changes nothing
+// outside it: wire spec section 4, item 6). A restart is not this: the old
+// incarnation's work is gone with it.
+namespace {
+bool Superseded(CloseCause cause, PeerDisconnectReason peer_said, bool ready) {
+  if (cause == CloseCause::kDuplicate) return true;
+  return cause == CloseCause::kPeerDisconnected && peer_said == PeerDisconnectReason::kDuplicate && ready;
+}
+}  // namespace
+
 void PeerSession::Impl::Close(CloseCause cause, const std::string& reason, bool notify_peer, JobFailure failure) {
   if (state == State::kClosed) return;
   // Results the roles already hold are collected first, so the roles' Close
@@ -369,6 +382,8 @@ void PeerSession::Impl::Close(CloseCause cause, const std::string& reason, bool 
   Append(closed_results.ended_fetch_ids, server->TakeEndedFetchIds());
   closed_results.round_events += server->TakeRoundEvents();
   if (notify_peer) DirectSend(protocol::Message(protocol::Disconnect{CapReason(reason)}));
+  hands_back_work = Superseded(cause, peer_disconnect_reason, state == State::kReady);
+  if (hands_back_work) closed_results.unserved = client->TakeUnservedWork();
   state = State::kClosed;
   close_cause = cause;
   close_reason = reason.empty() ? "closed" : reason;
@@ -438,6 +453,7 @@ const std::optional<protocol::Connect>& PeerSession::peer_connect() const { retu
 const std::string& PeerSession::peer_id() const { return impl_->peer_id; }
 const std::string& PeerSession::close_reason() const { return impl_->close_reason; }
 CloseCause PeerSession::close_cause() const { return impl_->close_cause; }
+bool PeerSession::hands_back_work() const { return impl_->hands_back_work; }
 PeerDisconnectReason PeerSession::peer_disconnect_reason() const { return impl_->peer_disconnect_reason; }
 const SessionCounters& PeerSession::counters() const { return impl_->counters; }
 std::optional<Duration> PeerSession::rtt() const { return impl_->rtt; }

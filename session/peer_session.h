@@ -50,6 +50,7 @@
 #include "session/peer_disconnect_reason.h"
 #include "session/server_role.h"
 #include "session/session_types.h"
+#include "session/unserved_work.h"
 
 namespace kvpeer::session {
 
@@ -91,6 +92,10 @@ struct SessionResults {
   std::vector<ChecksumFailure> checksum_failures;
   // The server role's round timeouts and key-byte refusals (ServerRole::TakeRoundEvents).
   RoundEvents round_events;
+  // What a session closed in favour of another connection to the same peer
+  // handed back instead of failing (hands_back_work()): the daemon asks
+  // the peer again for it over the connection that took this one's place.
+  UnservedWork unserved;
 };
 
 struct SessionCounters {
@@ -153,6 +158,12 @@ class PeerSession {
   const std::string& close_reason() const;
   // Why the session closed, for counting (kOpen while open).
   CloseCause close_cause() const;
+  // The session closed in favour of another connection to the same peer
+  // (this node closed it as a duplicate, or the authenticated peer did), so
+  // its unserved work was handed back (SessionResults::unserved) and its
+  // lookups are to be asked again rather than ended. docs/wire-protocol.md,
+  // section 9, "(f) Work on a superseded connection".
+  bool hands_back_work() const;
   // What the peer's disconnect said, when close_cause() is
   // kPeerDisconnected (kUnspecified otherwise).
   PeerDisconnectReason peer_disconnect_reason() const;

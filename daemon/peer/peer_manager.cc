@@ -6,6 +6,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -43,6 +44,11 @@ constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 constexpr auto kAcceptLogInterval = std::chrono::seconds(1);
 // The reaper looks at most this long after an entry became reapable.
 constexpr auto kMaxReapTick = std::chrono::seconds(1);
+// How often one load handed back by superseded sessions is asked again: a
+// crossed first dial needs one or two (docs/wire-protocol.md, section 9,
+// "(f) Work on a superseded connection"); more means the peer keeps
+// superseding its own connections, and the load fails.
+constexpr unsigned kMaxResubmits = 4;
 
 bool IsResourceExhaustion(const boost::system::error_code& ec) {
   return ec == boost::asio::error::no_descriptors || ec == boost::asio::error::no_buffer_space ||
@@ -360,12 +366,12 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
         connection.Close(session::CloseCause::kDuplicate, FixedReason(kDuplicate));
         return;
       case session::Arbitration::kCloseOldDuplicate:
-        entry.connection->Close(session::CloseCause::kDuplicate, FixedReason(kDuplicate));
-        break;
+        Supersede(peer, entry, self, session::CloseCause::kDuplicate, kDuplicate);
+        return;
       case session::Arbitration::kReplaceOld:
         spdlog::info("peer {}: restarted (new epoch); closing the old session", peer);
-        entry.connection->Close(session::CloseCause::kPeerRestarted, FixedReason(kPeerRestarted));
-        break;
+        Supersede(peer, entry, self, session::CloseCause::kPeerRestarted, kPeerRestarted);
+        return;
       case session::Arbitration::kKeepBoth:
         break;
     }
@@ -374,21 +380,91 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   entry.connection = self;
 }
 
+void PeerManager::Supersede(const std::string& peer, Peer& entry, std::shared_ptr<PeerConnection> replacement,
+                            session::CloseCause cause, session::PeerDisconnectReason reason) {
+  std::shared_ptr<PeerConnection> old = std::exchange(entry.connection, std::move(replacement));
+  AccountEnded(entry, *old);
+  DropSupplyBindings(peer);
+  old->Close(cause, FixedReason(reason));
+  // Lookups waiting on the old session ask again (the replacement has their
+  // probes) unless its requests failed with it (a restart).
+  results_.OnProbesChanged(peer, !old->session().hands_back_work());
+}
+
+void PeerManager::AccountEnded(Peer& entry, const PeerConnection& connection) {
+  entry.counters.bytes_sent += connection.bytes_sent();
+  entry.counters.bytes_received += connection.bytes_received();
+  entry.counters.stats += connection.stats();
+}
+
+void PeerManager::DropSupplyBindings(const std::string& peer) {
+  std::erase_if(supply_bindings_, [&](const auto& binding) { return binding.second == peer; });
+}
+
 void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSession& session) {
   session::SessionResults results = session.TakeResults();
   const std::string& peer = connection.session().peer_id();
-  if (!results.loads.empty()) {
-    auto it = peers_.find(peer);
-    PeerCounters* counters = it == peers_.end() ? nullptr : &it->second.counters;
-    for (const auto& load : results.loads) metrics_.RecordLoadResult(counters, peer, load);
-  }
   for (const auto& failure : results.checksum_failures) metrics_.RecordChecksumFailure(peer, failure);
-  for (const auto& load : results.loads) results_.OnLoadResult(load);
+  for (const auto& load : results.loads) ReportLoadResult(peer, load);
   for (const auto& store : results.stores) results_.OnStoreResult(store);
   for (const auto& kv : results.failed_request_ids) results_.OnRequestFailed(peer, kv);
-  for (const auto& kv : results.new_fetch_ids) BindSupply(session, kv);
+  // A fetch that reached a session which closed in the same step (a
+  // duplicate settled at ready, say) binds nothing: supply handed to a
+  // closed session would fail, and the consumer asks again elsewhere.
+  if (session.ready()) {
+    for (const auto& kv : results.new_fetch_ids) BindSupply(session, kv);
+  }
   for (const auto& kv : results.ended_fetch_ids) UnbindEndedSupply(connection, kv);
   CountRoundEvents(connection, results.round_events);
+  if (!results.unserved.empty()) QueueResubmission(peer, std::move(results.unserved), session.close_reason());
+}
+
+void PeerManager::ReportLoadResult(const std::string& peer, const session::JobResult& result) {
+  resubmits_per_load_.erase(result.job_id);
+  auto it = peers_.find(peer);
+  metrics_.RecordLoadResult(it == peers_.end() ? nullptr : &it->second.counters, peer, result);
+  results_.OnLoadResult(result);
+}
+
+// ---------------------------------------------------------------------------
+// Work handed back by a superseded session (docs/wire-protocol.md, section 9,
+// "(f) Work on a superseded connection")
+
+void PeerManager::QueueResubmission(const std::string& peer, session::UnservedWork work, const std::string& reason) {
+  // Posted: the close that handed the work back may be inside another
+  // connection's step (AdoptInbound), and by the time the post runs the
+  // replacement is the peer's connection.
+  if (resubmissions_.empty()) asio::post(io_, [this] { ResubmitQueued(); });
+  resubmissions_.push_back(Resubmission{peer, std::move(work), reason});
+}
+
+void PeerManager::ResubmitQueued() {
+  for (Resubmission& queued : std::exchange(resubmissions_, {})) {
+    spdlog::info("peer {}: asking again for {} loads and the probes of {} requests that a superseded connection "
+                 "handed back ({})",
+                 queued.peer, queued.work.loads.size(), queued.work.probes.size(), queued.reason);
+    for (session::UnservedLoad& load : queued.work.loads) ResubmitLoad(queued.peer, std::move(load), queued.reason);
+    for (const session::UnservedProbes& probes : queued.work.probes) {
+      std::vector<session::ProbeAnswer> answers;
+      if (!Lookup(queued.peer, probes.kv_request_id, probes.keys, /*flush=*/true, &answers).ok()) {
+        results_.OnRequestFailed(queued.peer, probes.kv_request_id);
+      }
+    }
+    if (!queued.work.probes.empty()) results_.OnProbesChanged(queued.peer, false);
+  }
+}
+
+void PeerManager::ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason) {
+  const session::JobId job_id = load.job_id;
+  const std::string kv_request_id = load.kv_request_id;
+  Status status = Status::Unavailable(reason + "; asked again " + std::to_string(kMaxResubmits) + " times");
+  if (++resubmits_per_load_[job_id] <= kMaxResubmits) {
+    status = Load(job_id, peer, kv_request_id, std::move(load.keys), std::move(load.block_indexes),
+                  std::move(load.sink));
+    if (status.ok()) return;
+  }
+  const auto failure = shutting_down_ ? session::JobFailure::kShutdown : session::JobFailure::kSessionClosed;
+  ReportLoadResult(peer, session::JobResult{job_id, kv_request_id, false, status.message(), failure});
 }
 
 // The server role's round bounds (wire-protocol.md section 6): timeouts are
@@ -416,16 +492,12 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   auto it = peers_.find(connection.session().peer_id());
   if (it == peers_.end() || it->second.connection != self) return;
   Peer& entry = it->second;
-  entry.counters.bytes_sent += connection.bytes_sent();
-  entry.counters.bytes_received += connection.bytes_received();
-  entry.counters.stats += connection.stats();
+  AccountEnded(entry, connection);
   entry.last_error = connection.session().close_reason();
   bool never_ready = entry.state == PeerState::kConnecting || entry.state == PeerState::kHandshaking;
   entry.connection.reset();
   entry.idle_since = std::chrono::steady_clock::now();
-  for (auto binding = supply_bindings_.begin(); binding != supply_bindings_.end();) {
-    binding = binding->second == it->first ? supply_bindings_.erase(binding) : std::next(binding);
-  }
+  DropSupplyBindings(it->first);
   if (never_ready && !shutting_down_) {
     entry.backoff = entry.backoff.count() == 0 ? session::Duration(kInitialBackoff)
                                                : std::min<session::Duration>(entry.backoff * 2, kMaxBackoff);
@@ -437,7 +509,7 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   for (auto& done : std::exchange(entry.connect_waiters, {})) {
     done(Status::Unavailable("peer " + it->first + ": " + *entry.last_error));
   }
-  results_.OnProbesChanged(it->first, true);
+  results_.OnProbesChanged(it->first, !connection.session().hands_back_work());
 }
 
 // ---------------------------------------------------------------------------
@@ -624,6 +696,7 @@ void PeerManager::Shutdown(const std::string& reason) {
   for (const auto& failed : unbound_supply_.CancelAll(session::JobFailure::kShutdown, reason)) {
     results_.OnStoreResult(failed);
   }
+  ResubmitQueued();  // handed-back loads fail now (shutting down), not after the loop stops
 }
 
 // ---------------------------------------------------------------------------

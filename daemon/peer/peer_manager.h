@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -39,6 +40,8 @@
 #include "daemon/node/peer_service.h"
 #include "daemon/node/peer_snapshot.h"
 #include "protocol/features.h"
+#include "session/peer_disconnect_reason.h"
+#include "session/unserved_work.h"
 #include "session/unbound_supply.h"
 
 namespace kvpeer::daemon {
@@ -183,6 +186,24 @@ class PeerManager : public PeerService, private ConnectionListener {
   // restart rules (wire spec section 1) and makes it the peer's connection,
   // or closes it.
   void AdoptInbound(PeerConnection& connection);
+  // `replacement` becomes the peer's connection before the old one closes
+  // for `cause`: what the old one hands back (its unserved work, its
+  // waiters) then finds the replacement, and the entry never passes
+  // through closed.
+  void Supersede(const std::string& peer, Peer& entry, std::shared_ptr<PeerConnection> replacement,
+                 session::CloseCause cause, session::PeerDisconnectReason reason);
+  // What an ended connection carried goes into its entry's history.
+  static void AccountEnded(Peer& entry, const PeerConnection& connection);
+  // The peer's sessions no longer serve anything of this node's stores.
+  void DropSupplyBindings(const std::string& peer);
+  // Work a superseded session handed back is asked of the peer again, once
+  // the event that closed it is over (docs/wire-protocol.md, section 9,
+  // "(f) Work on a superseded connection").
+  void QueueResubmission(const std::string& peer, session::UnservedWork work, const std::string& reason);
+  void ResubmitQueued();
+  void ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason);
+  // Every load result leaves through here (metrics, then the engine).
+  void ReportLoadResult(const std::string& peer, const session::JobResult& result);
   // Peers with a live connection (identified; dialled or accepted).
   size_t LivePeerCount() const;
   bool AtPeerLimit() const { return config_.max_peers != 0 && LivePeerCount() >= config_.max_peers; }
@@ -221,6 +242,16 @@ class PeerManager : public PeerService, private ConnectionListener {
   // while that session serves the request (UnbindEndedSupply).
   std::map<std::string, std::string> supply_bindings_;
   session::UnboundSupply unbound_supply_;
+  // Handed-back work waiting for ResubmitQueued (posted), and how often
+  // each load in flight was asked again: a peer that keeps superseding its
+  // connections cannot keep a load alive past kMaxResubmits.
+  struct Resubmission {
+    std::string peer;
+    session::UnservedWork work;
+    std::string reason;  // why the session that held it closed
+  };
+  std::vector<Resubmission> resubmissions_;
+  std::unordered_map<session::JobId, unsigned> resubmits_per_load_;
   boost::asio::steady_timer supply_timer_;
   bool shutting_down_ = false;
   Counters* counters_ = nullptr;

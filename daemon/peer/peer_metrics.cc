@@ -105,8 +105,13 @@ void PeerMetrics::RecordClose(const PeerConnection& connection) {
   const bool refused = !connection.closed_by_owner() && IsHandshakeRefusal(handshake_kind);
   if (!connection.ever_ready() || refused) {
     // Closing a connection on purpose (duplicate, shutdown, operator)
-    // before its handshake completed is no failure of the handshake.
-    if (connection.closed_by_owner()) {
+    // before its handshake completed is no failure of the handshake; nor is
+    // the peer settling a crossed dial ("duplicate": its other connection
+    // with this node survives).
+    const bool peer_kept_another = connection.session().close_cause() == session::CloseCause::kPeerDisconnected &&
+                                   connection.session().peer_disconnect_reason() ==
+                                       session::PeerDisconnectReason::kDuplicate;
+    if (connection.closed_by_owner() || peer_kept_another) {
       spdlog::info("peer {} ({}): closed during the handshake: {}", peer, address, reason);
       return;
     }

@@ -13,6 +13,12 @@ LoadSlots::LoadSlots(SlotSinkRef sink, std::vector<protocol::SlotIndex> indexes)
   }
 }
 
+std::vector<protocol::SlotIndex> LoadSlots::indexes() const {
+  std::vector<protocol::SlotIndex> in_order(state_.size());
+  for (const auto& [index, pos] : position_) in_order[pos] = index;
+  return in_order;
+}
+
 Status LoadSlots::BeginFrame(const std::vector<protocol::SlotIndex>& frame, BlockDataPlan* plan,
                              std::string_view context) {
   auto fail = [&](protocol::SlotIndex index, const char* why) {

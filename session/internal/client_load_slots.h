@@ -54,6 +54,10 @@ class LoadSlots {
   bool writable() const { return sink_->Writable(); }
   // The checksum of a landed slot (SlotSink::LandedChecksum).
   std::optional<uint64_t> LandedChecksum(protocol::SlotIndex index) const { return sink_->LandedChecksum(index); }
+  // The sink and the destination indexes in the load's order, to ask for
+  // the same load again elsewhere (ClientRole::TakeUnservedWork).
+  const SlotSinkRef& sink() const { return sink_; }
+  std::vector<protocol::SlotIndex> indexes() const;
   // Where `index` is in the load's destination list (so in its keys).
   // REQUIRES: `index` is a destination of this load.
   size_t PositionOf(protocol::SlotIndex index) const { return position_.at(index); }

@@ -117,19 +117,12 @@ class MeshTest(ClusterTestCase):
             self.assertEqual(len(ready), self.N - 1, h.name)
         self.assert_quiet([(a, f"pub-{h.node_id}", self.KEYS) for h, a in zip(cl.hosts, agents)])
 
-    def connect_all(self, cl):
-        """Opens every pair's session, one dial at a time (see CrossedDialTest for why)."""
-        for i, h in enumerate(cl.hosts):
-            with C.Client(h.daemon.socket_path) as ctl:
-                for o in cl.hosts[i + 1:]:
-                    ctl.connect(o.node_id)
-
     def test_full_mesh_disaggregated(self):
         cl = self.make(self.N)
         agents = [cl.agent(h, 2 * self.KEYS) for h in cl.hosts]
-        # Sessions first: in round N/2 every pair loads from each other at once, and on a first
-        # contact those loads race the crossed dials (CrossedDialTest).
-        self.connect_all(cl)
+        # No session is opened first: in round N/2 every pair loads from each other at once, so the
+        # first contacts there are crossed dials, and their loads must go over the surviving
+        # connection (CrossedDialTest).
         t0 = time.monotonic()
         for r in range(1, self.N):  # round r: host i+r decodes from prefill host i
             for i, a in enumerate(agents):
@@ -153,16 +146,15 @@ class MeshTest(ClusterTestCase):
 class CrossedDialTest(ClusterTestCase):
     """Two hosts with no session yet each load (disaggregated, no probe first) from the other at the
     same moment: both dial, and the wire spec's duplicate rule closes one of the two connections
-    with disconnect{reason:"duplicate"}. Found by the 8-host disaggregated mesh: a load already
-    queued on the losing connection fails ("duplicate" / "peer disconnected: duplicate") instead of
-    going over the surviving one, and the producer's store for it stays parked until the fixed 60 s
-    parked-supply timeout (control-api.md, `store`). This test measures how often (figure
-    crossed_dial_loads_failed) and asserts what must hold regardless: exactly one result per load
-    and per store (the stores of failed loads after those 60 s), right bytes, nothing pinned or in
-    flight after. With KVPEER_CLUSTER_STRICT=1 it also asserts that no load fails (for a daemon
-    fix that moves such work to the surviving connection)."""
+    with disconnect{reason:"duplicate"}. Found by the 8-host disaggregated mesh: a load queued on
+    the losing connection used to fail ("duplicate") and the producer's store for it stayed parked
+    until the 60 s parked-supply timeout. Now the losing session hands back what the peer never
+    served and the daemon asks again over the surviving connection (docs/wire-protocol.md, section
+    9, "(f) Work on a superseded connection"). Asserted: no load fails, exactly one result per load
+    and per store, every store delivered, right bytes, nothing pinned or in flight after; the
+    figure crossed_dial_duplicates counts the duplicate closes the tries really caused."""
 
-    TRIES = 6
+    TRIES = 16
     KEYS = 16
 
     def test_crossed_first_dial(self):
@@ -197,20 +189,26 @@ class CrossedDialTest(ClusterTestCase):
                     pass
             self.wait_until(lambda: all(p["state"] != "ready" for p in a.daemon.status()["peers"]) and
                             all(p["state"] != "ready" for p in b.daemon.status()["peers"]), 10, "session closed")
+        duplicates = sum(self.closes_as_duplicate(h) for h in (a, b))
         C.record_figure("crossed_dial_loads_failed", failed, f"of {2 * 2 * self.TRIES}")
-        sys.stderr.write(f"crossed first dials: {failed} of {4 * self.TRIES} loads failed: {reasons}\n")
-        self.assertTrue(set(reasons) <= {"duplicate", "peer disconnected: duplicate"}, reasons)
-        if os.environ.get("KVPEER_CLUSTER_STRICT") == "1":
-            self.assertEqual(failed, 0, reasons)
-        # Every store job has its one result: the stores of failed loads after the 60 s parked timeout.
+        C.record_figure("crossed_dial_duplicates", duplicates, f"in {self.TRIES} tries")
+        sys.stderr.write(f"crossed first dials: {duplicates} duplicate closes, {failed} of "
+                         f"{4 * self.TRIES} loads failed: {reasons}\n")
+        self.assertEqual(failed, 0, reasons)
+        # Every store job has its one result, and each was fetched: none waited out the parked timeout.
         for e in (ea, eb):
-            done = e.call(op="wait", jobs=stores[e], timeout=75)["jobs"]
+            done = e.call(op="wait", jobs=stores[e], timeout=30)["jobs"]
             lost = [j for j in done if j["result"] is None]
             self.assertEqual(lost, [], f"{e.name}: store jobs without a result")
             parked = [j for j in done if not j["result"]["success"]]
-            sys.stderr.write(f"{e.name}: {len(parked)} stores failed: "
-                             f"{sorted(set(j['result']['reason'][:40] for j in parked))}\n")
+            self.assertEqual(parked, [], f"{e.name}: stores that failed")
         self.assert_quiet()
+
+    @staticmethod
+    def closes_as_duplicate(host):
+        """Peer connections this host's daemon closed, or saw closed, as duplicates (its log)."""
+        with open(host.daemon.log_path, errors="replace") as log:
+            return sum(1 for line in log if line.rstrip().endswith(": duplicate"))
 
 
 class FaultTest(ClusterTestCase):
