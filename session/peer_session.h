@@ -70,6 +70,11 @@ struct SessionConfig {
   Duration handshake_timeout = std::chrono::seconds(10);
   Duration ping_interval = std::chrono::seconds(2);
   Duration liveness_timeout = std::chrono::seconds(10);
+  // A ready session that holds no work in either role and has carried no
+  // frame but ping and pong for this long closes itself with
+  // disconnect{reason:"idle"} (CloseCause::kIdle); 0 = never. The daemon
+  // redials on the next work (docs/operations.md, "Idle peer connections").
+  Duration idle_timeout = Duration::zero();
   ClientConfig client;
   ServerConfig server;  // server.block_len is taken from block_len
   // REQUIRED (the constructor throws std::logic_error without it): fresh
@@ -175,7 +180,7 @@ class PeerSession {
   // while one large frame takes longer than the liveness timeout.
   void NoteBytesReceived();
 
-  // Timers: handshake deadline, ping, liveness, role timeouts.
+  // Timers: handshake deadline, ping, liveness, idle timeout, role timeouts.
   void OnTick();
   std::optional<TimePoint> NextDeadline() const;
 
