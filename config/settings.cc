@@ -557,8 +557,8 @@ std::vector<OptionSpec> BuildOptions() {
                      .help = "a peer connection without work for S seconds is closed (disconnect 'idle') and "
                              "redialled on the next work, 0..86400; 0 keeps connections forever",
                      .live = true,
-                     .copy_live = [](const Settings& from,
-                                     Settings* to) { to->idle_peer_timeout = from.idle_peer_timeout; },
+                     .copy_live =
+                         [](const Settings& from, Settings* to) { to->idle_peer_timeout = from.idle_peer_timeout; },
                      .apply = ApplyIdlePeerTimeout,
                      .effective = [](const Settings& s) { return json::value(s.idle_peer_timeout.count()); }});
   // Server-role round bounds (wire-protocol.md section 6, docs/operations.md).
