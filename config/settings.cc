@@ -50,11 +50,14 @@ std::optional<int64_t> ParseInteger(std::string_view text) {
   return value;
 }
 
-Status ApplySeconds(const std::string& raw, std::chrono::seconds* out) {
+// Whole seconds, min..kMaxTimeoutSeconds; min 0 where 0 turns a timer off.
+Status ApplySeconds(const std::string& raw, std::chrono::seconds* out, int64_t min = 1) {
   std::optional<int64_t> value = ParseInteger(raw);
-  std::string range = "1.." + std::to_string(kMaxTimeoutSeconds);
+  std::string range = std::to_string(min) + ".." + std::to_string(kMaxTimeoutSeconds);
   if (!value) return Status::Invalid(Quoted(raw) + " is not a whole number of seconds (allowed: " + range + ")");
-  if (*value <= 0) return Status::Invalid(raw + " must be > 0 (whole seconds, " + range + ")");
+  if (*value < min) {
+    return Status::Invalid(raw + " must be " + (min == 0 ? ">= 0" : "> 0") + " (whole seconds, " + range + ")");
+  }
   if (*value > kMaxTimeoutSeconds) {
     return Status::Invalid(raw + " must be at most " + std::to_string(kMaxTimeoutSeconds) + " (seconds)");
   }
@@ -165,6 +168,10 @@ Status ApplyAbortAckTimeout(const std::vector<std::string>& raw, Settings* s) {
 
 Status ApplyHandshakeTimeout(const std::vector<std::string>& raw, Settings* s) {
   return ApplySeconds(raw.front(), &s->handshake_timeout);
+}
+
+Status ApplyIdlePeerTimeout(const std::vector<std::string>& raw, Settings* s) {
+  return ApplySeconds(raw.front(), &s->idle_peer_timeout, /*min=*/0);
 }
 
 Status ApplyLogLevel(const std::vector<std::string>& raw, Settings* s) {
@@ -543,6 +550,17 @@ std::vector<OptionSpec> BuildOptions() {
                      .help = "peer handshake deadline, seconds",
                      .apply = ApplyHandshakeTimeout,
                      .effective = [](const Settings& s) { return json::value(s.handshake_timeout.count()); }});
+  // docs/operations.md, "Idle peer connections".
+  options.push_back({.name = "idle-peer-timeout-s",
+                     .value_name = "S",
+                     .default_text = "300",
+                     .help = "a peer connection without work for S seconds is closed (disconnect 'idle') and "
+                             "redialled on the next work, 0..86400; 0 keeps connections forever",
+                     .live = true,
+                     .copy_live =
+                         [](const Settings& from, Settings* to) { to->idle_peer_timeout = from.idle_peer_timeout; },
+                     .apply = ApplyIdlePeerTimeout,
+                     .effective = [](const Settings& s) { return json::value(s.idle_peer_timeout.count()); }});
   // Server-role round bounds (wire-protocol.md section 6, docs/operations.md).
   options.push_back({.name = "round-timeout-s",
                      .value_name = "S",

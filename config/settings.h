@@ -84,6 +84,10 @@ struct Settings {
   std::chrono::seconds load_timeout{30};
   std::chrono::seconds abort_ack_timeout{10};
   std::chrono::seconds handshake_timeout{10};
+  // A peer connection without work for this long is closed and redialled
+  // on demand; 0 = never (docs/operations.md, "Idle peer connections").
+  // Live: applies to connections made after a reload.
+  std::chrono::seconds idle_peer_timeout{300};
   // Server-role round bounds (wire spec section 6; docs/wire-protocol.md,
   // "7.9a Bounded rounds"): a peer's
   // lookup-only round is retired after round_timeout, a disaggregated fetch

@@ -53,6 +53,7 @@ PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
   peers.listen_port = settings.listen.port;
   peers.psk = MakePsk(settings);
   peers.handshake_timeout = settings.handshake_timeout;
+  peers.idle_timeout = settings.idle_peer_timeout;
   peers.load_timeout = settings.load_timeout;
   peers.abort_ack_timeout = settings.abort_ack_timeout;
   peers.max_peers = settings.max_peers;
@@ -250,6 +251,7 @@ void Daemon::Reload() {
 void Daemon::ApplyLive() {
   spdlog::set_level(spdlog::level::from_str(settings_.log_level));
   parts_->peers.set_psk(MakePsk(settings_));
+  parts_->peers.set_idle_timeout(settings_.idle_peer_timeout);
   parts_->peers.set_allow_address(MakeAllowAddress(settings_));
   parts_->control->set_config(config::EffectiveConfigJson(settings_));
 }

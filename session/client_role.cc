@@ -626,4 +626,8 @@ size_t ClientRole::LoadsInFlight() const { return impl_->jobs_owing.size(); }
 
 size_t ClientRole::TrackedRequests() const { return impl_->requests.size(); }
 
+bool ClientRole::Idle() const {
+  return impl_->requests.empty() && impl_->loads.empty() && impl_->jobs_owing.empty();
+}
+
 }  // namespace kvpeer::session

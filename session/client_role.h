@@ -150,6 +150,10 @@ class ClientRole {
   // Requests with any state held here; 0 once every request has finished
   // and its rounds are retired (for tests: nothing leaks).
   size_t TrackedRequests() const;
+  // Holds nothing at all: no request (probe, open round, unfinished
+  // symmetric request), no load in flight or awaiting abort_ack, no result
+  // owed. What SessionConfig::idle_timeout waits for.
+  bool Idle() const;
 
  private:
   struct Impl;

@@ -31,6 +31,9 @@ enum class CloseCause {
   // Timers (docs/wire-protocol.md, "Handshake", items 7 and 8).
   kHandshakeTimeout,
   kPeerSilent,  // nothing received, or nothing written, for the liveness timeout
+  // A ready session held no work and carried none for its idle timeout
+  // (SessionConfig::idle_timeout); it sent disconnect{reason:"idle"}.
+  kIdle,
   // The peer sent disconnect; what it said is a PeerDisconnectReason.
   kPeerDisconnected,
   // The transport, as the daemon sees it.

@@ -8,7 +8,7 @@ namespace {
 
 using Entry = std::pair<std::string_view, PeerDisconnectReason>;
 
-constexpr std::array<Entry, 9> kFixedReasons = {{
+constexpr std::array<Entry, 10> kFixedReasons = {{
     {"authentication failed", PeerDisconnectReason::kAuthenticationFailed},
     {"duplicate", PeerDisconnectReason::kDuplicate},
     {"node not configured", PeerDisconnectReason::kNodeNotConfigured},
@@ -18,6 +18,7 @@ constexpr std::array<Entry, 9> kFixedReasons = {{
     {"peer restarted", PeerDisconnectReason::kPeerRestarted},
     {"disconnected by operator", PeerDisconnectReason::kDisconnectedByOperator},
     {"handshake timed out", PeerDisconnectReason::kHandshakeTimedOut},
+    {"idle", PeerDisconnectReason::kIdle},
 }};
 
 }  // namespace

@@ -23,6 +23,7 @@ enum class PeerDisconnectReason {
   kPeerRestarted,          // "peer restarted" (sent by kvpeerd)
   kDisconnectedByOperator, // "disconnected by operator" (sent by kvpeerd)
   kHandshakeTimedOut,      // "handshake timed out" (sent by kvpeerd)
+  kIdle,                   // "idle" (sent by kvpeerd, idle-peer-timeout-s: it held no work of this connection)
 };
 
 // What kvpeerd's sessions close with when it drains (docs/control-api.md,

@@ -46,6 +46,12 @@ constexpr bool kIsRoleMessage =
     std::is_same_v<T, protocol::Fetch> || std::is_same_v<T, protocol::TransferDone> ||
     std::is_same_v<T, protocol::AbortFetch> || std::is_same_v<T, protocol::AbortAck>;
 
+// Liveness frames: they keep a connection alive but are no work, so they
+// never postpone the idle close (SessionConfig::idle_timeout).
+bool IsLiveness(const protocol::Message& message) {
+  return std::holds_alternative<protocol::Ping>(message) || std::holds_alternative<protocol::Pong>(message);
+}
+
 HandshakeSettings ToHandshakeSettings(const SessionConfig& config, const std::string& expected_peer_id) {
   return {config.local_id, config.block_len, config.config_fingerprint, config.hash_seed,
           config.epoch,    config.psk,       expected_peer_id,          config.features,
@@ -93,6 +99,10 @@ struct PeerSession::Impl {
   Status OnBlockDataHeader(const protocol::BlockData& message, BlockDataPlan* plan);
   void OnTick();
   std::optional<TimePoint> NextDeadline() const;
+  // Neither role holds anything (the idle timeout may run).
+  bool RolesIdle() const { return client->Idle() && server->Idle(); }
+  bool IdleTimeoutOn() const { return state == State::kReady && config.idle_timeout > Duration::zero(); }
+  void MaybeCloseIdle(TimePoint now);
   void Close(CloseCause cause, const std::string& reason, bool notify_peer,
              JobFailure failure = JobFailure::kSessionClosed);
   SessionResults TakeResults();
@@ -105,6 +115,8 @@ struct PeerSession::Impl {
   Status FailRole(Status status);
   Status MaybeReady();
   void Received() { last_receive = clock(); }
+  // Takes the clock reading Received() just made: no second read per frame.
+  void ReceivedWork() { last_work = last_receive; }
 
   SessionConfig config;
   Clock clock;
@@ -126,6 +138,9 @@ struct PeerSession::Impl {
   TimePoint started_at{};
   TimePoint last_send{};
   TimePoint last_receive{};
+  // The last frame other than ping and pong, either way, or the last tick
+  // at which a role held work: the idle timeout runs from here.
+  TimePoint last_work{};
   // The nonce of the ping whose pong we are waiting for, if any.
   std::optional<std::string> ping_nonce;
   TimePoint ping_sent_at{};
@@ -176,6 +191,7 @@ void PeerSession::Impl::DirectSend(protocol::Message message) { DirectSend(OutFr
 void PeerSession::Impl::DirectSend(OutFrame frame) {
   ++counters.frames_sent;
   last_send = clock();  // any frame, data included, makes a ping unnecessary
+  if (!IsLiveness(frame.message)) last_work = last_send;
   send(std::move(frame));
 }
 
@@ -210,6 +226,7 @@ Status PeerSession::Impl::Dispatch(const protocol::Message& message) {
   Start();
   ++counters.frames_received;
   Received();
+  if (!IsLiveness(message)) ReceivedWork();
   return std::visit(
       [this](const auto& m) -> Status {
         using T = std::decay_t<decltype(m)>;
@@ -311,6 +328,7 @@ Status PeerSession::Impl::OnBlockDataHeader(const protocol::BlockData& message, 
   if (state == State::kClosed) return Status::Unavailable("session closed: " + close_reason);
   ++counters.frames_received;
   Received();
+  ReceivedWork();
   if (state != State::kReady)
     return Fail(CloseCause::kMessageBeforeHandshake, Status::Violation("block_data before handshake"));
   return FailRole(client->OnBlockDataHeader(message, plan));
@@ -344,6 +362,22 @@ void PeerSession::Impl::OnTick() {
   }
   client->OnTick();
   server->OnTick();
+  MaybeCloseIdle(now);
+}
+
+// docs/operations.md, "Idle peer connections": the close is graceful
+// because it happens only when this end holds no work of the connection;
+// whatever the peer sent that crosses the disconnect was never served here.
+void PeerSession::Impl::MaybeCloseIdle(TimePoint now) {
+  if (!IdleTimeoutOn()) return;
+  if (!RolesIdle()) {
+    last_work = now;  // work held counts as activity: the quiet time starts when it ends
+    return;
+  }
+  if (now - last_work < config.idle_timeout) return;
+  DirectSend(protocol::Message(protocol::Disconnect{DisconnectReasonText(PeerDisconnectReason::kIdle)}));
+  Close(CloseCause::kIdle, "closed after " + FormatDuration(config.idle_timeout) + " without work",
+        /*notify_peer=*/false);  // sent just above, with the fixed reason rather than this text
 }
 
 std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
@@ -352,6 +386,7 @@ std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   if (!awaiting_transport) {
     next = std::min(last_receive + config.liveness_timeout, last_send + config.ping_interval);
     if (state == State::kHandshaking) next = std::min(next, started_at + config.handshake_timeout);
+    if (IdleTimeoutOn() && RolesIdle()) next = std::min(next, last_work + config.idle_timeout);
   }
   for (const std::optional<TimePoint>& role : {client->NextDeadline(), server->NextDeadline()})
     if (role) next = std::min(next, *role);
@@ -359,15 +394,17 @@ std::optional<TimePoint> PeerSession::Impl::NextDeadline() const {
   return next;
 }
 
-// Closed because another connection to the same peer takes its place:
-// this node settled a duplicate, or the peer did and said so after it had
-// authenticated (before that, what a connection says changes nothing
-// outside it: wire spec section 4, item 6). A restart is not this: the old
-// incarnation's work is gone with it.
+// Closed with nothing of ours served and another connection to the same
+// peer to take the work: this node settled a duplicate, or the peer said
+// "duplicate" or "idle" (its end held no work, so what we sent crossed its
+// disconnect unserved) after it had authenticated (before that, what a
+// connection says changes nothing outside it: wire spec section 4, item 6).
+// A restart is not this: the old incarnation's work is gone with it.
 namespace {
 bool Superseded(CloseCause cause, PeerDisconnectReason peer_said, bool ready) {
   if (cause == CloseCause::kDuplicate) return true;
-  return cause == CloseCause::kPeerDisconnected && peer_said == PeerDisconnectReason::kDuplicate && ready;
+  const bool graceful = peer_said == PeerDisconnectReason::kDuplicate || peer_said == PeerDisconnectReason::kIdle;
+  return cause == CloseCause::kPeerDisconnected && graceful && ready;
 }
 }  // namespace
 

@@ -71,6 +71,11 @@ struct SessionConfig {
   Duration handshake_timeout = std::chrono::seconds(10);
   Duration ping_interval = std::chrono::seconds(2);
   Duration liveness_timeout = std::chrono::seconds(10);
+  // A ready session that holds no work in either role and has carried no
+  // frame but ping and pong for this long closes itself with
+  // disconnect{reason:"idle"} (CloseCause::kIdle); 0 = never. The daemon
+  // redials on the next work (docs/operations.md, "Idle peer connections").
+  Duration idle_timeout = Duration::zero();
   ClientConfig client;
   ServerConfig server;  // server.block_len is taken from block_len
   // REQUIRED (the constructor throws std::logic_error without it): fresh
@@ -159,10 +164,11 @@ class PeerSession {
   // Why the session closed, for counting (kOpen while open).
   CloseCause close_cause() const;
   // The session closed in favour of another connection to the same peer
-  // (this node closed it as a duplicate, or the authenticated peer did), so
-  // its unserved work was handed back (SessionResults::unserved) and its
-  // lookups are to be asked again rather than ended. docs/wire-protocol.md,
-  // section 9, "(f) Work on a superseded connection".
+  // (this node closed it as a duplicate, or the authenticated peer did, or
+  // the peer closed it as idle), so its unserved work was handed back
+  // (SessionResults::unserved) and its lookups are to be asked again rather
+  // than ended. docs/wire-protocol.md, section 9, "(f) Work on a superseded
+  // connection".
   bool hands_back_work() const;
   // What the peer's disconnect said, when close_cause() is
   // kPeerDisconnected (kUnspecified otherwise).
@@ -186,7 +192,7 @@ class PeerSession {
   // while one large frame takes longer than the liveness timeout.
   void NoteBytesReceived();
 
-  // Timers: handshake deadline, ping, liveness, role timeouts.
+  // Timers: handshake deadline, ping, liveness, idle timeout, role timeouts.
   void OnTick();
   std::optional<TimePoint> NextDeadline() const;
 

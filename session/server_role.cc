@@ -664,6 +664,11 @@ RoundEvents ServerRole::TakeRoundEvents() { return std::exchange(impl_->events, 
 
 size_t ServerRole::TrackedRequests() const { return impl_->requests.size(); }
 
+bool ServerRole::Idle() const {
+  const Impl& s = *impl_;
+  return s.requests.empty() && s.ledger.open_jobs() == 0 && s.ready.empty() && !s.ledger.HasHeldResults();
+}
+
 ServerRole::ServerRole(std::string peer_id, ServerConfig config, Clock clock, SendFn send, PublishedBlocks& index)
     : impl_(std::make_unique<Impl>(std::move(peer_id), config, std::move(clock), std::move(send), index)) {}
 

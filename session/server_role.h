@@ -158,6 +158,10 @@ class ServerRole {
   // Request ids with any state left (rounds or unbound supply); 0 once
   // everything has ended. For tests and status.
   size_t TrackedRequests() const;
+  // Holds nothing at all: no open round, no store job (bound or not), no
+  // data frame to produce and no result held for one. What
+  // SessionConfig::idle_timeout waits for.
+  bool Idle() const;
 
  private:
   struct Impl;

@@ -28,7 +28,8 @@ size_t PeerDisconnectHandshakeLabel(PeerDisconnectReason reason) {
     case PeerDisconnectReason::kDuplicate:
     case PeerDisconnectReason::kTooManyPeers:
     case PeerDisconnectReason::kPeerRestarted:
-    case PeerDisconnectReason::kDisconnectedByOperator: break;
+    case PeerDisconnectReason::kDisconnectedByOperator:
+    case PeerDisconnectReason::kIdle: break;
   }
   return labels.size() - 1;
 }
@@ -63,7 +64,8 @@ size_t HandshakeFailureLabel(CloseCause cause, PeerDisconnectReason peer_reason)
     case CloseCause::kShutdown:
     case CloseCause::kDuplicate:
     case CloseCause::kPeerRestarted:
-    case CloseCause::kTooManyPeers: break;
+    case CloseCause::kTooManyPeers:
+    case CloseCause::kIdle: break;  // only a ready session closes as idle
   }
   return labels.size() - 1;
 }
@@ -83,6 +85,7 @@ size_t SessionCloseLabel(CloseCause cause) {
     case CloseCause::kShutdown: return IndexOf(labels, "shutdown");
     case CloseCause::kDuplicate: return IndexOf(labels, "duplicate");
     case CloseCause::kPeerRestarted: return IndexOf(labels, "peer_restarted");
+    case CloseCause::kIdle: return IndexOf(labels, "idle");
     // Handshake causes never end a ready session (a connect after ready is
     // kBadMessage); the rest have no label of their own.
     case CloseCause::kOpen:

@@ -42,9 +42,9 @@ size_t HandshakeFailureLabel(session::CloseCause cause, session::PeerDisconnectR
 bool IsHandshakeRefusal(size_t handshake_failure);
 
 // A session that was ready and has ended.
-inline constexpr std::array<std::string_view, 9> kSessionCloseLabels = {
+inline constexpr std::array<std::string_view, 10> kSessionCloseLabels = {
     "peer_disconnected", "connection_lost", "peer_silent",    "protocol_violation", "operator",
-    "shutdown",          "duplicate",       "peer_restarted", "other"};
+    "shutdown",          "duplicate",       "peer_restarted", "idle",               "other"};
 size_t SessionCloseLabel(session::CloseCause cause);
 
 // A failed load's label, from its cause (session::JobResult::failure),

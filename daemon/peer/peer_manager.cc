@@ -107,6 +107,7 @@ session::SessionConfig PeerManager::MakeSessionConfig() const {
   session.epoch = epoch_;
   session.psk = config_.psk;
   session.handshake_timeout = config_.handshake_timeout;
+  session.idle_timeout = config_.idle_timeout;
   session.client.load_timeout = config_.load_timeout;
   session.client.abort_ack_timeout = config_.abort_ack_timeout;
   session.server.block_len = model.block_len;

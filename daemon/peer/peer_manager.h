@@ -54,6 +54,10 @@ struct PeerManagerConfig {
   session::Duration handshake_timeout = std::chrono::seconds(10);
   session::Duration load_timeout = std::chrono::seconds(30);
   session::Duration abort_ack_timeout = std::chrono::seconds(10);
+  // SessionConfig::idle_timeout of every session: a connection without work
+  // for this long is closed ("idle") and redialled on the next work; 0 =
+  // never (docs/operations.md, "Idle peer connections").
+  session::Duration idle_timeout = std::chrono::minutes(5);
   // Accepts a peer address before anything is read from it; null = any.
   std::function<bool(const boost::asio::ip::address&)> allow_address;
   // Limits (0 = none); each hit is counted as limit_<name> and logged.
@@ -110,6 +114,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   // Live settings (SIGHUP): they apply to connections made from now on;
   // sessions already open keep what they were made with.
   void set_psk(std::optional<std::string> psk) { config_.psk = std::move(psk); }
+  void set_idle_timeout(session::Duration idle_timeout) { config_.idle_timeout = idle_timeout; }
   void set_allow_address(std::function<bool(const boost::asio::ip::address&)> allow) {
     config_.allow_address = std::move(allow);
   }

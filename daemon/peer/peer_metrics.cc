@@ -134,8 +134,12 @@ void PeerMetrics::RecordClose(const PeerConnection& connection) {
     spdlog::warn("peer {} ({}): protocol violation ({}): {}; disconnected", peer, address, *violation, reason);
     return;
   }
-  spdlog::info("peer {} ({}): session closed ({}): {}; sent {} frames / {} bytes, received {} frames / {} bytes",
-               peer, address, kSessionCloseLabels[kind], reason, frames_sent, connection.bytes_sent(),
+  // The idle close is routine, not a fault: its line says which setting did
+  // it (the reason reads "closed after N s without work").
+  const bool idle = connection.session().close_cause() == session::CloseCause::kIdle;
+  const char* setting = idle ? " (idle-peer-timeout-s)" : "";
+  spdlog::info("peer {} ({}): session closed ({}): {}{}; sent {} frames / {} bytes, received {} frames / {} bytes",
+               peer, address, kSessionCloseLabels[kind], reason, setting, frames_sent, connection.bytes_sent(),
                frames_received, connection.bytes_received());
 }
 

@@ -28,14 +28,14 @@ const SettingChange* Find(const std::vector<SettingChange>& changes, const std::
   return it == changes.end() ? nullptr : &*it;
 }
 
-TEST_CASE("exactly log-level, allow-cidr and psk-file are live, and each live row can copy itself") {
+TEST_CASE("exactly log-level, allow-cidr, psk-file and idle-peer-timeout-s are live, each row copying itself") {
   std::set<std::string> live;
   for (const OptionSpec& option : Options()) {
     INFO(option.name);
     CHECK((option.copy_live != nullptr) == option.live);
     if (option.live) live.emplace(option.name);
   }
-  CHECK(live == std::set<std::string>{"log-level", "allow-cidr", "psk-file"});
+  CHECK(live == std::set<std::string>{"log-level", "allow-cidr", "psk-file", "idle-peer-timeout-s"});
 }
 
 TEST_CASE("DiffSettings names each changed option with its old and new value, live or not") {

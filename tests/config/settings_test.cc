@@ -48,6 +48,7 @@ TEST_CASE("no flags gives every default of control-api section 5") {
   CHECK(s.load_timeout == std::chrono::seconds(30));
   CHECK(s.abort_ack_timeout == std::chrono::seconds(10));
   CHECK(s.handshake_timeout == std::chrono::seconds(10));
+  CHECK(s.idle_peer_timeout == std::chrono::seconds(300));
   CHECK(s.log_level == "info");
   CHECK(s.config_file.empty());
 }
@@ -182,6 +183,12 @@ TEST_CASE("each validation error names the key, the value and what is allowed") 
       {{"--load-timeout-s", "1.5"}, "load-timeout-s: '1.5' is not a whole number of seconds (allowed: 1..86400)"},
       {{"--abort-ack-timeout-s", "86401"}, "abort-ack-timeout-s: 86401 must be at most 86400"},
       {{"--handshake-timeout-s", "ten"}, "handshake-timeout-s: 'ten' is not a whole number of seconds"},
+      {{"--idle-peer-timeout-s", "-1"}, "idle-peer-timeout-s: -1 must be >= 0 (whole seconds, 0..86400)"},
+      {{"--idle-peer-timeout-s", "5m"},
+       "idle-peer-timeout-s: '5m' is not a whole number of seconds (allowed: 0..86400)"},
+      {{"--idle-peer-timeout-s", "86401"}, "idle-peer-timeout-s: 86401 must be at most 86400"},
+      {{"--idle-peer-timeout-s", "99999999999999999999999"},
+       "idle-peer-timeout-s: 99999999999999999999999 must be at most 86400"},
       {{"--log-level", "verbose"}, "log-level: 'verbose' is not one of trace, debug, info, warn, error"},
   };
   for (const BadValue& bad : cases) {
@@ -189,6 +196,12 @@ TEST_CASE("each validation error names the key, the value and what is allowed") 
     INFO(message);
     CHECK(Contains(message, "kvpeerd: " + bad.expected));
   }
+}
+
+TEST_CASE("idle-peer-timeout-s takes whole seconds, 0 turning the idle close off") {
+  CHECK(MustParse({"--idle-peer-timeout-s", "1"}).idle_peer_timeout == std::chrono::seconds(1));
+  CHECK(MustParse({"--idle-peer-timeout-s", "0"}).idle_peer_timeout == std::chrono::seconds(0));
+  CHECK(MustParse({"--idle-peer-timeout-s=86400"}).idle_peer_timeout == std::chrono::seconds(86400));
 }
 
 TEST_CASE("a hash-seed with a control character is refused, naming it") {

@@ -12,6 +12,8 @@ connection"). The raw peer P always takes the smaller node_id, so the daemon's o
   closed by P     D's dial is ready and its fetch sent when P says disconnect "duplicate": D asks
                   again (a fresh dial, which P's own connection then supersedes the same way),
                   and the load succeeds over P's connection.
+  idle            P closes its connection as idle just as D's fetch crosses the disconnect: the
+                  fetch was never served, so D asks again over a fresh dial.
   endless         a peer that answers every fetch with "duplicate": the load is asked again at
                   most 4 times and then fails, with exactly one result; D stops dialling.
   unauthenticated a "duplicate" before the handshake completed hands nothing back: the load
@@ -130,6 +132,22 @@ class CrossedDialTest(DaemonTestCase):
         self.assertEqual(second.expect_disconnect(), "duplicate")
         self.serve(theirs, "crossed-2", keys, slots)
         self.assert_loaded(job, keys, slots)
+        self.assert_quiet()
+
+    def test_peer_closing_as_idle_while_our_fetch_crosses(self):
+        """P closes the connection as idle (--idle-peer-timeout-s) just as D's fetch crosses it:
+        P never served it, so D asks again over a fresh dial and the load succeeds."""
+        job, keys, slots = self.start_load("crossed-idle")
+        first = self.accept()
+        first.handshake()
+        first.recv_until("fetch")
+        first.send({"type": "disconnect", "reason": "idle"})
+        first.close()
+        again = self.accept()
+        again.handshake()
+        self.serve(again, "crossed-idle", keys, slots)
+        self.assert_loaded(job, keys, slots)
+        self.assertIn("handed back (peer disconnected: idle)", self.v.log_text())
         self.assert_quiet()
 
     def test_a_peer_that_supersedes_every_connection_cannot_keep_a_load_alive(self):

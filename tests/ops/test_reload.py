@@ -162,6 +162,16 @@ class ReloadTest(unittest.TestCase):
         self.reload("reload: no live setting changed")
         self.stop()
 
+    def test_idle_peer_timeout_is_live(self):
+        # It applies to peer connections made from then on (PeerManager::set_idle_timeout).
+        self.write_config(idle_peer_timeout_s=300)
+        self.start()
+        self.write_config(idle_peer_timeout_s=5)
+        self.reload("reload: idle-peer-timeout-s 300 -> 5")
+        self.assertNotIn("needs a restart", self.log())
+        self.assertEqual(self.config()["idle-peer-timeout-s"], 5)
+        self.stop()
+
     def test_restart_only_settings_are_logged_and_ignored(self):
         self.write_config(log_level="info", load_timeout_s=30)
         self.start()

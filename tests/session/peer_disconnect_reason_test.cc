@@ -20,6 +20,7 @@ TEST_CASE("the fixed disconnect reasons map to their values", "[session][cause]"
   CHECK(Parse("peer restarted") == PeerDisconnectReason::kPeerRestarted);
   CHECK(Parse("disconnected by operator") == PeerDisconnectReason::kDisconnectedByOperator);
   CHECK(Parse("handshake timed out") == PeerDisconnectReason::kHandshakeTimedOut);
+  CHECK(Parse("idle") == PeerDisconnectReason::kIdle);
   CHECK(Parse(std::nullopt) == PeerDisconnectReason::kUnspecified);
   CHECK(Parse("") == PeerDisconnectReason::kUnspecified);
 }
@@ -38,7 +39,8 @@ TEST_CASE("the text sent for a fixed reason parses back to it", "[session][cause
        {PeerDisconnectReason::kAuthenticationFailed, PeerDisconnectReason::kDuplicate,
         PeerDisconnectReason::kNodeNotConfigured, PeerDisconnectReason::kShuttingDown,
         PeerDisconnectReason::kTooManyPeers, PeerDisconnectReason::kPeerRestarted,
-        PeerDisconnectReason::kDisconnectedByOperator, PeerDisconnectReason::kHandshakeTimedOut}) {
+        PeerDisconnectReason::kDisconnectedByOperator, PeerDisconnectReason::kHandshakeTimedOut,
+        PeerDisconnectReason::kIdle}) {
     CHECK(Parse(std::string(DisconnectReasonText(reason))) == reason);
   }
   CHECK(DisconnectReasonText(PeerDisconnectReason::kUnspecified).empty());

@@ -51,6 +51,18 @@ TEST_CASE("superseded: the authenticated peer's disconnect 'duplicate' hands bac
   CHECK(r.unserved.probes.size() == 1);
 }
 
+TEST_CASE("superseded: the peer's disconnect 'idle' hands back what crossed it unserved", "[session][superseded]") {
+  LoneSession s;
+  s.MakeReady();
+  QueueWork(s);
+  CHECK_FALSE(s.session->OnMessage(protocol::Disconnect{"idle"}).ok());
+  CHECK(s.session->hands_back_work());
+  SessionResults r = s.session->TakeResults();
+  CHECK(r.loads.empty());
+  CHECK(r.unserved.loads.size() == 1);
+  CHECK(r.unserved.probes.size() == 1);
+}
+
 TEST_CASE("superseded: a 'duplicate' from a peer not yet authenticated changes nothing outside the connection",
           "[session][superseded]") {
   LoneSession s;

@@ -57,6 +57,7 @@ TEST_CASE("a peer's disconnect during the handshake is labelled by its exact fix
   CHECK(PeerSaid("handshake timed out") == "timeout");
   CHECK(PeerSaid("duplicate") == "other");
   CHECK(PeerSaid("too many peers") == "other");
+  CHECK(PeerSaid("idle") == "other");  // only a ready session closes as idle
   CHECK(Handshake(CloseCause::kPeerDisconnected) == "other");  // no reason at all
   // A refusal is a refusal on both ends only when it is the fixed reason.
   CHECK(IsHandshakeRefusal(HandshakeFailureLabel(CloseCause::kPeerDisconnected,
@@ -92,6 +93,7 @@ TEST_CASE("ready sessions' closes are labelled from their close cause") {
   CHECK(Close(CloseCause::kShutdown) == "shutdown");
   CHECK(Close(CloseCause::kDuplicate) == "duplicate");
   CHECK(Close(CloseCause::kPeerRestarted) == "peer_restarted");
+  CHECK(Close(CloseCause::kIdle) == "idle");
   CHECK(Close(CloseCause::kTooManyPeers) == "other");
   CHECK(Close(CloseCause::kLocalError) == "other");
   CHECK(Close(CloseCause::kNoRandomToken) == "other");
