@@ -8,7 +8,11 @@ from the rest of the cluster (nft drop both ways) and healed in a loop.
 
 Before the traffic every host dials every other (a full mesh) and the
 daemons are left idle for --idle-seconds: their CPU time and RSS then are
-the idle cost of a 32-host mesh (pings only). Afterwards: results lost (0),
+the idle cost of a 32-host mesh (pings only). The daemons run with
+--idle-peer-timeout-s (20 s here), so during the traffic the mesh sessions
+no engine uses are closed as idle, and after it every session is: the
+figures say how many closed so and what an idle daemon costs once its
+connections are gone. Afterwards: results lost (0),
 wrong bytes (0), second results (0: the simulator raises), pins left (0:
 every published slot released on unpublish), nothing in flight, every
 daemon exits 0 on SIGTERM. Figures are printed as `FIGURE name = value`
@@ -37,11 +41,45 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ready_sessions(host):
+    return sum(1 for p in host.daemon.status()["peers"] if p["state"] == "ready")
+
+
+def idle_closes(host):
+    """Sessions this host's daemon closed as idle (its log: the close line names the setting)."""
+    with open(host.daemon.log_path, errors="replace") as log:
+        return sum(1 for line in log if "session closed (idle)" in line)
+
+
+def idle_close(cl, pids, args, failures):
+    """After the traffic every session idles out within the timeout (plus a tick); then the daemons
+    hold no connection, and their CPU is what an idle daemon costs with none."""
+    t = time.monotonic()
+    deadline = t + args.idle_peer_timeout_s + 10
+    while any(ready_sessions(h) for h in cl.hosts):
+        if time.monotonic() > deadline:
+            failures.append(f"sessions still ready {args.idle_peer_timeout_s + 10} s after the traffic: "
+                            f"{[ready_sessions(h) for h in cl.hosts]}")
+            return
+        time.sleep(0.5)
+    C.record_figure("idle_close_all_closed_after_s", round(time.monotonic() - t, 1), "s")
+    C.record_figure("idle_close_sessions_closed", sum(idle_closes(h) for h in cl.hosts))
+    cpu0 = [cpu_seconds(p) for p in pids]
+    time.sleep(args.idle_seconds)
+    cpu1 = [cpu_seconds(p) for p in pids]
+    cpu = [(b - a) / args.idle_seconds * 100 for a, b in zip(cpu0, cpu1)]
+    C.record_figure("idle_closed_cpu_pct_per_daemon_mean", round(sum(cpu) / len(cpu), 3), "%")
+    C.record_figure("idle_closed_rss_mib_per_daemon_max",
+                    round(max(C.harness.rss_bytes(p) for p in pids) / 2**20, 1), "MiB")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=float(os.environ.get("KVPEER_CLUSTER_SOAK_SECONDS", "120")))
     ap.add_argument("--idle-seconds", type=float, default=10.0)
+    ap.add_argument("--idle-peer-timeout-s", type=int, default=20,
+                    help="the daemons' --idle-peer-timeout-s: above --idle-seconds plus the mesh's connect time")
     ap.add_argument("--fanout", type=int, default=4)
     ap.add_argument("--cut-seconds", type=float, default=12.0, help="how long the two hosts stay cut off")
     ap.add_argument("--heal-seconds", type=float, default=6.0)
@@ -62,7 +100,7 @@ def main():
     cl = C.Cluster(args.hosts, block_len=BLOCK)
     try:
         t = time.monotonic()
-        cl.start_daemons()
+        cl.start_daemons(extra=["--idle-peer-timeout-s", str(args.idle_peer_timeout_s)])
         C.record_figure("soak_cluster_start_s", round(time.monotonic() - t, 2), "s")
         hosts = cl.hosts
         agents = [cl.agent(h, 2 * COUNT, name=h.name) for h in hosts]
@@ -90,8 +128,10 @@ def main():
         cpu1 = [cpu_seconds(p) for p in pids]
         idle_cpu = [(b - a) / args.idle_seconds * 100 for a, b in zip(cpu0, cpu1)]
         idle_rss = [C.harness.rss_bytes(p) for p in pids]
-        ready = [sum(1 for p in h.daemon.status()["peers"] if p["state"] == "ready") for h in hosts]
+        ready = [ready_sessions(h) for h in hosts]
         C.record_figure("idle_mesh_ready_sessions_min", min(ready))
+        if min(ready) != len(hosts) - 1:
+            failures.append(f"the mesh was not whole while measured idle: {ready} sessions ready")
         C.record_figure("idle_mesh_cpu_pct_per_daemon_mean", round(sum(idle_cpu) / len(idle_cpu), 3), "%")
         C.record_figure("idle_mesh_cpu_pct_per_daemon_max", round(max(idle_cpu), 3), "%")
         C.record_figure("idle_mesh_rss_mib_per_daemon_max", round(max(idle_rss) / 2**20, 1), "MiB")
@@ -182,6 +222,7 @@ def main():
         C.record_figure("soak_pins_leaked", leaked)
         if leaked:
             failures.append(f"{leaked} pinned slots never released")
+        idle_close(cl, pids, args, failures)
     except Exception as err:  # noqa: BLE001 (reported, then the cluster is torn down)
         failures.append(f"{type(err).__name__}: {err}")
     finally:
