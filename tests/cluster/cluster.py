@@ -263,6 +263,7 @@ class Cluster:
 
     def __init__(self, n, block_len=65536, daemon_args=(), workdir=None, extra_hosts=()):
         self.closed = True  # until there is something to close
+        self.stop_problems = []  # filled by close(), which a SIGTERM may run first
         reason = skip_reason()
         if reason:
             raise unittest_skip(reason)
