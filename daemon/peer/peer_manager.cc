@@ -455,6 +455,27 @@ void PeerManager::ResubmitQueued() {
   }
 }
 
+// The request finished while handed-back work of it waited for
+// ResubmitQueued: its loads fail now, as loads in flight do on finish
+// (wire-protocol.md 7.5), so that nothing is written into their slots
+// after it; its probes are dropped.
+void PeerManager::FinishResubmissions(const std::string& peer, const std::string& kv_request_id) {
+  std::vector<session::JobId> finished;
+  for (Resubmission& queued : resubmissions_) {
+    if (queued.peer != peer) continue;
+    std::erase_if(queued.work.probes, [&](const auto& probes) { return probes.kv_request_id == kv_request_id; });
+    std::erase_if(queued.work.loads, [&](const session::UnservedLoad& load) {
+      if (load.kv_request_id != kv_request_id) return false;
+      finished.push_back(load.job_id);
+      return true;
+    });
+  }
+  for (session::JobId job_id : finished) {
+    ReportLoadResult(peer, session::JobResult{job_id, kv_request_id, false, "request finished",
+                                              session::JobFailure::kRequestFinished});
+  }
+}
+
 void PeerManager::ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason) {
   const session::JobId job_id = load.job_id;
   const std::string kv_request_id = load.kv_request_id;
@@ -631,6 +652,7 @@ void PeerManager::SweepUnboundSupply() {
 void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
                          bool producer) {
   for (const std::string& peer : client_peers) {
+    FinishResubmissions(peer, kv_request_id);
     auto it = peers_.find(peer);
     if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) continue;
     it->second.connection->WithSession([&](session::PeerSession& session) { session.FinishClient(kv_request_id); });

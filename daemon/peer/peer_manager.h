@@ -207,6 +207,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   void QueueResubmission(const std::string& peer, session::UnservedWork work, const std::string& reason);
   void ResubmitQueued();
   void ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason);
+  void FinishResubmissions(const std::string& peer, const std::string& kv_request_id);
   // Every load result leaves through here (metrics, then the engine).
   void ReportLoadResult(const std::string& peer, const session::JobResult& result);
   // Peers with a live connection (identified; dialled or accepted).
