@@ -1089,6 +1089,17 @@ void Harness::Collect() {
       Check(!result.reason.empty());
     }
   }
+  // A session closed in favour of another connection hands back, without
+  // a result, the loads the peer never served (session/unserved_work.h):
+  // the daemon owes their one result, so the model counts them as ended.
+  for (const session::UnservedLoad& handed : results.unserved.loads) {
+    auto it = loads_.find(handed.job_id);
+    Check(it != loads_.end() && !it->second.has_result && it->second.kv == handed.kv_request_id);
+    Check(session_->hands_back_work() && it->second.received.empty() && !it->second.aborted);
+    Check(handed.block_indexes == it->second.indexes);
+    it->second.has_result = true;
+  }
+  results.unserved = {};  // lets go of the sinks, as the daemon does once it asked again
   for (const session::JobResult& result : results.stores) {
     auto it = stores_.find(result.job_id);
     Check(it != stores_.end() && !it->second.has_result && it->second.kv == result.kv_request_id);

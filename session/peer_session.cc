@@ -577,6 +577,7 @@ void PeerSession::FinishServer(const std::string& kv_request_id) {
 }
 
 void PeerSession::NoteBytesReceived() { impl_->Received(); }
+void PeerSession::NoteWritesPending() { impl_->last_work = impl_->clock(); }
 
 SessionResults PeerSession::TakeResults() { return impl_->TakeResults(); }
 void PeerSession::Close(CloseCause cause, const std::string& reason, bool notify_peer, JobFailure failure) {

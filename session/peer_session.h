@@ -191,6 +191,10 @@ class PeerSession {
   // Payload bytes of a block_data frame arrived: the peer is not silent even
   // while one large frame takes longer than the liveness timeout.
   void NoteBytesReceived();
+  // The transport still has frames of this session to write (a transfer_done
+  // queued behind a large data frame, say): that is work, so the idle close
+  // waits (SessionConfig::idle_timeout). Call before OnTick.
+  void NoteWritesPending();
 
   // Timers: handshake deadline, ping, liveness, idle timeout, role timeouts.
   void OnTick();
@@ -224,7 +228,10 @@ class PeerSession {
   // `notify_peer`, then ends every load and store job with a failure result
   // (returned by the next TakeResults, together with the failed request
   // ids); failed loads count as `failure` (kShutdown when the node stops).
-  // Idempotent: the first cause and reason stay.
+  // Exception: when the close hands back work (hands_back_work()), the
+  // loads the peer never served leave without a result, in
+  // SessionResults::unserved, and their one result is owed by whoever asks
+  // for them again. Idempotent: the first cause and reason stay.
   void Close(CloseCause cause, const std::string& reason, bool notify_peer = true,
              JobFailure failure = JobFailure::kSessionClosed);
 

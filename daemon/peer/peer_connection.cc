@@ -735,6 +735,7 @@ asio::awaitable<void> PeerConnection::TickLoop() {
       co_return;
     }
     ReadBytesBelowLowWater();
+    if (write_in_progress_ || !write_queue_.empty() || session_->HasDataToSend()) session_->NoteWritesPending();
     session_->OnTick();
     AfterSessionActivity();
   }

@@ -417,7 +417,14 @@ void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSessio
   }
   for (const auto& kv : results.ended_fetch_ids) UnbindEndedSupply(connection, kv);
   CountRoundEvents(connection, results.round_events);
-  if (!results.unserved.empty()) QueueResubmission(peer, std::move(results.unserved), session.close_reason());
+  if (!results.unserved.empty()) {
+    // Only a duplicate this node settled names the connection that carries
+    // the work on (the replacement); after the peer's "duplicate" or
+    // "idle" the probes are left to their engines, which ask again anyway.
+    const bool replaced_here = session.close_cause() == session::CloseCause::kDuplicate;
+    if (!replaced_here) results.unserved.probes.clear();
+    QueueResubmission(peer, std::move(results.unserved), session.close_reason());
+  }
 }
 
 void PeerManager::ReportLoadResult(const std::string& peer, const session::JobResult& result) {
@@ -445,6 +452,9 @@ void PeerManager::ResubmitQueued() {
                  "handed back ({})",
                  queued.peer, queued.work.loads.size(), queued.work.probes.size(), queued.reason);
     for (session::UnservedLoad& load : queued.work.loads) ResubmitLoad(queued.peer, std::move(load), queued.reason);
+    // Probes go to the replacement this node chose (DeliverResults), never
+    // to a new dial: a peer that keeps closing its connections as idle or
+    // duplicate then makes no dial the engines did not ask for.
     for (const session::UnservedProbes& probes : queued.work.probes) {
       std::vector<session::ProbeAnswer> answers;
       if (!Lookup(queued.peer, probes.kv_request_id, probes.keys, /*flush=*/true, &answers).ok()) {
@@ -476,11 +486,17 @@ void PeerManager::FinishResubmissions(const std::string& peer, const std::string
   }
 }
 
+// A load is asked again at most kMaxResubmits times, and only within one
+// load timeout of its first hand-back: a peer that holds each fetch and then
+// closes cannot keep the engine's slots past about twice the load timeout.
 void PeerManager::ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason) {
   const session::JobId job_id = load.job_id;
   const std::string kv_request_id = load.kv_request_id;
-  Status status = Status::Unavailable(reason + "; asked again " + std::to_string(kMaxResubmits) + " times");
-  if (++resubmits_per_load_[job_id] <= kMaxResubmits) {
+  const auto now = std::chrono::steady_clock::now();
+  Resubmits& asked = resubmits_per_load_.try_emplace(job_id, Resubmits{0, now}).first->second;
+  Status status = Status::Unavailable(reason + "; asked again " + std::to_string(asked.count) + " times");
+  if (asked.count < kMaxResubmits && now - asked.first < config_.load_timeout) {
+    ++asked.count;
     status = Load(job_id, peer, kv_request_id, std::move(load.keys), std::move(load.block_indexes),
                   std::move(load.sink));
     if (status.ok()) return;
@@ -531,7 +547,7 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   for (auto& done : std::exchange(entry.connect_waiters, {})) {
     done(Status::Unavailable("peer " + it->first + ": " + *entry.last_error));
   }
-  results_.OnProbesChanged(it->first, !connection.session().hands_back_work());
+  results_.OnProbesChanged(it->first, true);
 }
 
 // ---------------------------------------------------------------------------

@@ -248,16 +248,20 @@ class PeerManager : public PeerService, private ConnectionListener {
   // while that session serves the request (UnbindEndedSupply).
   std::map<std::string, std::string> supply_bindings_;
   session::UnboundSupply unbound_supply_;
-  // Handed-back work waiting for ResubmitQueued (posted), and how often
-  // each load in flight was asked again: a peer that keeps superseding its
-  // connections cannot keep a load alive past kMaxResubmits.
+  // Handed-back work waiting for ResubmitQueued (posted), and how often and
+  // since when each load in flight was asked again: a peer that keeps
+  // superseding its connections cannot keep a load alive (ResubmitLoad).
   struct Resubmission {
     std::string peer;
     session::UnservedWork work;
     std::string reason;  // why the session that held it closed
   };
   std::vector<Resubmission> resubmissions_;
-  std::unordered_map<session::JobId, unsigned> resubmits_per_load_;
+  struct Resubmits {
+    unsigned count = 0;
+    std::chrono::steady_clock::time_point first;  // the load's first hand-back
+  };
+  std::unordered_map<session::JobId, Resubmits> resubmits_per_load_;
   boost::asio::steady_timer supply_timer_;
   bool shutting_down_ = false;
   Counters* counters_ = nullptr;

@@ -14,6 +14,8 @@ connection"). The raw peer P always takes the smaller node_id, so the daemon's o
                   and the load succeeds over P's connection.
   idle            P closes its connection as idle just as D's fetch crosses the disconnect: the
                   fetch was never served, so D asks again over a fresh dial.
+  probes          a peer that closes as idle on every lookup: the probes answer retry and D
+                  dials again only when its engine asks again.
   endless         a peer that answers every fetch with "duplicate": the load is asked again at
                   most 4 times and then fails, with exactly one result; D stops dialling.
   unauthenticated a "duplicate" before the handshake completed hands nothing back: the load
@@ -169,6 +171,26 @@ class CrossedDialTest(DaemonTestCase):
             self.listener.accept(timeout=1.5)
         self.e.poll_once(wait_ms=300)
         self.assert_quiet()
+
+    def test_a_peer_closing_every_lookup_as_idle_gets_no_dial_the_engine_did_not_ask_for(self):
+        """P answers each lookup by closing the connection as idle. The unanswered probes are not
+        failed (the request is not reported failed) but left to the engine: its lookup answers
+        retry, and D dials P again only when the engine asks again."""
+        kv = "crossed-probes"
+        keys = make_keys(kv, 3)
+        for attempt in range(3):
+            answers = self.e.client.lookup(self.listener.address, kv, keys, flush=True)
+            self.assertEqual(answers, ["retry"] * 3, f"attempt {attempt}")
+            p = self.accept()
+            p.handshake()
+            self.assertEqual(p.recv_until("lookup").header["kv_request_id"], kv)
+            p.send({"type": "disconnect", "reason": "idle"})
+            p.close()
+            with self.assertRaises(OSError):  # TimeoutError included: no dial of D's own
+                self.listener.accept(timeout=1.5)
+        self.e.poll_once(wait_ms=200)
+        self.assertNotIn(kv, self.e.failed_requests)
+        self.e.client.finish(kv)
 
     def test_duplicate_before_authentication_fails_the_load(self):
         job, keys, slots = self.start_load("crossed-4")

@@ -169,3 +169,33 @@ TEST_CASE("idle: the quiet time starts when held work ends, not at the last fram
 
 }  // namespace
 }  // namespace kvpeer::session::testing
+
+namespace kvpeer::session::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A transfer_done queued behind a large data frame that takes longer than
+// the timeout to write: the roles hold nothing, but the transport does.
+TEST_CASE("idle: frames still waiting to be written keep the session open", "[session][idle]") {
+  SessionPair p;
+  p.a.config.idle_timeout = 5s;
+  p.ConnectAndPump();
+  for (int i = 0; i < 20; ++i) {  // four timeouts, the transport busy throughout
+    p.clock.Advance(1s);
+    p.a.session->NoteWritesPending();
+    p.Tick();
+    p.pipe.Pump();
+    REQUIRE(p.a.session->ready());
+  }
+  for (int i = 0; i < 5; ++i) {  // written: the quiet time starts now
+    p.clock.Advance(1s);
+    p.Tick();
+    p.pipe.Pump();
+  }
+  CHECK(p.a.session->state() == PeerSession::State::kClosed);
+  CHECK(p.a.session->close_cause() == CloseCause::kIdle);
+}
+
+}  // namespace
+}  // namespace kvpeer::session::testing
