@@ -43,7 +43,9 @@ PeerSnapshot PeerMetrics::Snapshot(const std::string& peer_id, PeerState state,
 }
 
 void PeerMetrics::RecordLoadStart(session::JobId job_id, uint64_t bytes) {
-  load_starts_[job_id] = LoadStart{std::chrono::steady_clock::now(), bytes};
+  // A load asked again after a hand-back keeps its first start: its latency
+  // is the engine's wait.
+  load_starts_.try_emplace(job_id, LoadStart{std::chrono::steady_clock::now(), bytes});
 }
 
 void PeerMetrics::RecordLoadResult(PeerCounters* counters, const std::string& peer, const session::JobResult& result) {
