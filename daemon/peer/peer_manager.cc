@@ -384,9 +384,9 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
 void PeerManager::Supersede(const std::string& peer, Peer& entry, std::shared_ptr<PeerConnection> replacement,
                             session::CloseCause cause, session::PeerDisconnectReason reason) {
   std::shared_ptr<PeerConnection> old = std::exchange(entry.connection, std::move(replacement));
-  AccountEnded(entry, *old);
   DropSupplyBindings(peer);
   old->Close(cause, FixedReason(reason));
+  AccountEnded(entry, *old);  // after the close: its disconnect counts too
   // Lookups waiting on the old session ask again (the replacement has their
   // probes) unless its requests failed with it (a restart).
   results_.OnProbesChanged(peer, !old->session().hands_back_work());
@@ -423,7 +423,7 @@ void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSessio
     // "idle" the probes are left to their engines, which ask again anyway.
     const bool replaced_here = session.close_cause() == session::CloseCause::kDuplicate;
     if (!replaced_here) results.unserved.probes.clear();
-    QueueResubmission(peer, std::move(results.unserved), session.close_reason());
+    if (!results.unserved.empty()) QueueResubmission(peer, std::move(results.unserved), session.close_reason());
   }
 }
 
