@@ -23,6 +23,7 @@ connection"). The raw peer P always takes the smaller node_id, so the daemon's o
 """
 
 import os
+import random
 import sys
 import time
 import unittest
@@ -56,13 +57,19 @@ class CrossedDialTest(DaemonTestCase):
     def smaller_listener(self):
         """A listener whose address sorts before the daemon's node_id, so P's dial is the one the
         duplicate rule keeps."""
-        for _ in range(200):
-            listener = WireListener()
+        # Ports 10000-29999 sort before every port of the kernel's ephemeral range (32768 and
+        # up by default), where the daemon's port 0 lands; ephemeral ones are tried too.
+        candidates = [random.randrange(10000, 30000) for _ in range(100)] + [0] * 200
+        for port in candidates:
+            try:
+                listener = WireListener(port=port)
+            except OSError:  # in use
+                continue
             if listener.address < self.v.node_id:
                 self.addCleanup(listener.close)
                 return listener
             listener.close()
-        self.skipTest(f"no loopback port sorts before {self.v.node_id}")
+        self.fail(f"no loopback port sorts before {self.v.node_id}")
 
     def accept(self):
         """D's next dial of P, as P's end of it."""
@@ -76,6 +83,23 @@ class CrossedDialTest(DaemonTestCase):
                           DEFAULT_HASH_SEED, epoch=self.epoch)
         self.peers.append(p)
         p.handshake()
+        return p
+
+    def accept_and_close(self, awaited, reason):
+        """D's next dial, authenticated; once its `awaited` frame arrives, P closes it with
+        disconnect{reason}. Returns that frame's header."""
+        p = self.accept()
+        p.handshake()
+        header = p.recv_until(awaited).header
+        p.send({"type": "disconnect", "reason": reason})
+        p.close()
+        return header
+
+    def accept_unfinished(self):
+        """D's next dial, left in its handshake: P sends its connect and never its ack."""
+        p = self.accept()
+        p.send_connect()
+        p.read_connect()
         return p
 
     def start_load(self, kv):
@@ -108,9 +132,7 @@ class CrossedDialTest(DaemonTestCase):
 
     def test_our_dial_closed_as_the_duplicate_moves_its_load(self):
         job, keys, slots = self.start_load("crossed-1")
-        ours = self.accept()
-        ours.send_connect()
-        ours.read_connect()  # ...and no ack: D's dial stays in its handshake
+        ours = self.accept_unfinished()
         theirs = self.dial()
         self.assertEqual(ours.expect_disconnect(), "duplicate")
         self.serve(theirs, "crossed-1", keys, slots)
@@ -120,16 +142,10 @@ class CrossedDialTest(DaemonTestCase):
 
     def test_peer_says_duplicate_after_our_fetch(self):
         job, keys, slots = self.start_load("crossed-2")
-        first = self.accept()
-        first.handshake()
-        first.recv_until("fetch")
-        first.send({"type": "disconnect", "reason": "duplicate"})
-        first.close()
+        self.accept_and_close("fetch", "duplicate")
         # D asks again at once: a fresh dial (P's own connection is not there yet), which P leaves
         # in its handshake while its own connection becomes ready and supersedes it.
-        second = self.accept()
-        second.send_connect()
-        second.read_connect()
+        second = self.accept_unfinished()
         theirs = self.dial()
         self.assertEqual(second.expect_disconnect(), "duplicate")
         self.serve(theirs, "crossed-2", keys, slots)
@@ -140,11 +156,7 @@ class CrossedDialTest(DaemonTestCase):
         """P closes the connection as idle (--idle-peer-timeout-s) just as D's fetch crosses it:
         P never served it, so D asks again over a fresh dial and the load succeeds."""
         job, keys, slots = self.start_load("crossed-idle")
-        first = self.accept()
-        first.handshake()
-        first.recv_until("fetch")
-        first.send({"type": "disconnect", "reason": "idle"})
-        first.close()
+        self.accept_and_close("fetch", "idle")
         again = self.accept()
         again.handshake()
         self.serve(again, "crossed-idle", keys, slots)
@@ -156,12 +168,8 @@ class CrossedDialTest(DaemonTestCase):
         job, keys, slots = self.start_load("crossed-3")
         fetches = 0
         for _ in range(MAX_RESUBMITS + 1):
-            p = self.accept()
-            p.handshake()
-            p.recv_until("fetch")
+            self.accept_and_close("fetch", "duplicate")
             fetches += 1
-            p.send({"type": "disconnect", "reason": "duplicate"})
-            p.close()
         result = self.e.wait_jobs([job], timeout=20)[job]
         self.assertFalse(result["success"], dump(result))
         self.assertIn("duplicate", result["reason"])
@@ -181,11 +189,7 @@ class CrossedDialTest(DaemonTestCase):
         for attempt in range(3):
             answers = self.e.client.lookup(self.listener.address, kv, keys, flush=True)
             self.assertEqual(answers, ["retry"] * 3, f"attempt {attempt}")
-            p = self.accept()
-            p.handshake()
-            self.assertEqual(p.recv_until("lookup").header["kv_request_id"], kv)
-            p.send({"type": "disconnect", "reason": "idle"})
-            p.close()
+            self.assertEqual(self.accept_and_close("lookup", "idle")["kv_request_id"], kv)
             with self.assertRaises(OSError):  # TimeoutError included: no dial of D's own
                 self.listener.accept(timeout=1.5)
         self.e.poll_once(wait_ms=200)
@@ -194,9 +198,7 @@ class CrossedDialTest(DaemonTestCase):
 
     def test_duplicate_before_authentication_fails_the_load(self):
         job, keys, slots = self.start_load("crossed-4")
-        p = self.accept()
-        p.send_connect()
-        p.read_connect()
+        p = self.accept_unfinished()
         p.send({"type": "disconnect", "reason": "duplicate"})  # no ack: P never authenticated
         t0 = time.monotonic()
         result = self.e.wait_jobs([job], timeout=20)[job]

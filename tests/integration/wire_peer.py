@@ -412,11 +412,15 @@ class WireListener:
     """A listening socket on 127.0.0.1 the daemon can dial (engines name
     `address` as the peer)."""
 
-    def __init__(self, host="127.0.0.1"):
+    def __init__(self, host="127.0.0.1", port=0):
         assert host.startswith("127."), "loopback only"
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, 0))
+        try:
+            self.sock.bind((host, port))
+        except OSError:
+            self.sock.close()
+            raise
         self.sock.listen(16)
         self.address = f"{host}:{self.sock.getsockname()[1]}"
 
