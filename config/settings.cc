@@ -589,6 +589,43 @@ std::vector<OptionSpec> BuildOptions() {
                        return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_round_key_bytes);
                      },
                      .effective = [](const Settings& s) { return json::value(s.max_round_key_bytes); }});
+  options.push_back({.name = "max-seal-bytes",
+                     .value_name = "N",
+                     .default_text = "4294967296",
+                     .help = "bytes one sealed publish or store may hash (distinct block ids x block-len), "
+                             "4096..2^46; beyond it the request answers conflict",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplyCount(raw.front(), 4096, 1ull << 46, &s->max_seal_bytes);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.max_seal_bytes); }});
+  options.push_back({.name = "max-keys-per-slot",
+                     .value_name = "N",
+                     .default_text = "16",
+                     .help = "keys one engine may publish at one block id, 1..65536; a publish beyond it answers "
+                             "conflict",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplyCount(raw.front(), 1, 65536, &s->max_keys_per_slot);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.max_keys_per_slot); }});
+  options.push_back({.name = "max-published-key-bytes",
+                     .value_name = "N",
+                     .default_text = "268435456",
+                     .help = "bytes of the keys one engine publishes (key bytes + 96 a key), 65536..2^40; a publish "
+                             "beyond it answers conflict",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_published_key_bytes);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.max_published_key_bytes); }});
+  options.push_back({.name = "max-open-request-bytes",
+                     .value_name = "N",
+                     .default_text = "33554432",
+                     .help = "bytes of one engine's unfinished requests (id bytes + 512 per request and per peer "
+                             "it names), 65536..2^40; a lookup, load or store of a new request beyond it answers "
+                             "conflict",
+                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
+                       return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_open_request_bytes);
+                     },
+                     .effective = [](const Settings& s) { return json::value(s.max_open_request_bytes); }});
   options.push_back({.name = "features",
                      .value_name = "LIST",
                      .default_text = "xxh3",

@@ -96,6 +96,14 @@ struct Settings {
   std::chrono::seconds round_timeout{30};
   std::chrono::seconds unbound_timeout{60};
   uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
+  // Per-engine bounds (docs/security.md, "Engine state is bounded in
+  // bytes"): bytes one sealed publish or store may hash, keys one slot may
+  // hold, published key bytes (key + 96 each) and open-request bytes (id +
+  // 512 per request and per peer it names).
+  uint64_t max_seal_bytes = 4ull << 30;
+  uint64_t max_keys_per_slot = 16;
+  uint64_t max_published_key_bytes = 256ull << 20;
+  uint64_t max_open_request_bytes = 32ull << 20;
   // Wire features offered in connect (wire spec section 7;
   // docs/wire-protocol.md, "7.10 Block checksums"); by
   // default every supported one. Empty = none (a 1.0-compatible node).

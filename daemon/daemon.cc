@@ -105,6 +105,9 @@ struct Daemon::Parts {
     engines.set_peer_service(&peers);
     engines.set_max_engines(settings.max_engines);
     engines.set_max_region_bytes(config::EffectiveMaxRegionBytes(settings));
+    engines.set_engine_limits({settings.max_seal_bytes, settings.max_open_request_bytes});
+    index.set_limits({static_cast<uint32_t>(settings.max_keys_per_slot), settings.max_published_key_bytes});
+    index.set_counters(&engines.counters());
     peers.set_counters(&engines.counters());
   }
 

@@ -45,6 +45,12 @@ class PinnedBlock {
   // section 7): the value kept when its engine published it sealed, else one
   // computed now; nullopt when the memory is gone (see Readable).
   virtual std::optional<uint64_t> Checksum() const { return protocol::BlockChecksum(std::as_bytes(bytes())); }
+  // After the block's bytes were written to a peer: false when the block was
+  // sealed (control-api.md `publish` `seal`) and its slot no longer holds
+  // the sealed bytes, so what was sent may not be what was published. The
+  // writer then fails the round (docs/vllm.md, "Serving without pins"):
+  // a consumer without the xxh3 feature could not tell by itself.
+  virtual bool SealHoldsAfterWrite() const { return true; }
 };
 using PinRef = std::shared_ptr<const PinnedBlock>;
 

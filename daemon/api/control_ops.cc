@@ -16,6 +16,7 @@ using H = ControlOpHandlers;
 constexpr auto kNever = WaitRule::kNever;
 constexpr auto kAlways = WaitRule::kAlways;
 constexpr auto kWithWaitMs = WaitRule::kWithWaitMs;
+constexpr auto kWithSeal = WaitRule::kWithSeal;
 constexpr std::array kOps = {
     //         name         needs_engine  is_new_work  waits        handler           wait_handler
     ControlOp{"status",          false,       false,   kNever,      &H::NodeStatus,     nullptr},
@@ -24,12 +25,12 @@ constexpr std::array kOps = {
     ControlOp{"disconnect",      false,       false,   kNever,      &H::Disconnect,     nullptr},
     ControlOp{"hello",           false,       true,    kNever,      &H::Hello,          nullptr},
     ControlOp{"register_region", true,        true,    kNever,      &H::RegisterRegion, nullptr},
-    ControlOp{"publish",         true,        true,    kNever,      &H::Publish,        nullptr},
+    ControlOp{"publish",         true,        true,    kWithSeal,   &H::Publish,        &H::PublishSealed},
     ControlOp{"unpublish",       true,        false,   kNever,      &H::Unpublish,      nullptr},
     ControlOp{"lookup",          true,        true,    kWithWaitMs, &H::Lookup,         &H::LookupWaiting},
     ControlOp{"flush",           true,        false,   kNever,      &H::Flush,          nullptr},
     ControlOp{"load",            true,        true,    kNever,      &H::Load,           nullptr},
-    ControlOp{"store",           true,        true,    kNever,      &H::Store,          nullptr},
+    ControlOp{"store",           true,        true,    kWithSeal,   &H::Store,          &H::StoreSealed},
     ControlOp{"finish",          true,        false,   kNever,      &H::Finish,         nullptr},
     ControlOp{"poll",            true,        false,   kWithWaitMs, &H::Poll,           &H::PollWaiting},
 };
@@ -64,6 +65,10 @@ bool MayWait(const ControlOp& op, const boost::json::object& request) {
       return true;
     case WaitRule::kWithWaitMs:
       break;
+    case WaitRule::kWithSeal: {
+      const boost::json::value* seal = request.if_contains("seal");
+      return seal != nullptr && seal->is_bool() && seal->get_bool();
+    }
   }
   const boost::json::value* wait_ms = request.if_contains("wait_ms");
   if (wait_ms == nullptr) return false;

@@ -67,12 +67,14 @@ class ControlOpHandlers {
   virtual OpAnswer Hello(OpCall& call) = 0;
   virtual OpAnswer RegisterRegion(OpCall& call) = 0;
   virtual OpAnswer Publish(OpCall& call) = 0;
+  virtual OpWait PublishSealed(OpCall& call) = 0;  // with seal: true
   virtual OpAnswer Unpublish(OpCall& call) = 0;
   virtual OpAnswer Lookup(OpCall& call) = 0;      // without wait_ms
   virtual OpWait LookupWaiting(OpCall& call) = 0;  // with wait_ms > 0
   virtual OpAnswer Flush(OpCall& call) = 0;
   virtual OpAnswer Load(OpCall& call) = 0;
   virtual OpAnswer Store(OpCall& call) = 0;
+  virtual OpWait StoreSealed(OpCall& call) = 0;  // with seal: true
   virtual OpAnswer Finish(OpCall& call) = 0;
   virtual OpAnswer Poll(OpCall& call) = 0;      // without wait_ms
   virtual OpWait PollWaiting(OpCall& call) = 0;  // with wait_ms > 0
@@ -86,6 +88,9 @@ enum class WaitRule {
   // checked, and refused, by the handler that answers at once) and the
   // handler that answers at once finds nothing to answer yet.
   kWithWaitMs,
+  // When the request has `seal: true` (a sealed publish or store hashes its
+  // slots off the event loop): the awaitable handler alone answers it.
+  kWithSeal,
 };
 
 struct ControlOp {

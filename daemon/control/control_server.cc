@@ -264,7 +264,7 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
   Status status = row == nullptr ? UnknownOp(op_name)
                                  : CheckOpAllowed(*row, shutting_down_, connection.engine() != nullptr);
   const bool may_wait = status.ok() && MayWait(*row, request);
-  if (may_wait && row->handler == nullptr) {
+  if (may_wait && (row->handler == nullptr || row->waits == WaitRule::kWithSeal)) {
     return AnswerWaiting(connection.shared_from_this(), std::move(parsed), std::move(line), row);
   }
   json::object fields(storage);
@@ -374,6 +374,11 @@ Status ControlServer::RegisterRegion(OpCall& call) {
 }
 
 Status ControlServer::Publish(OpCall& call) { return call.engine->Publish(call.request, call.response); }
+
+asio::awaitable<Status> ControlServer::PublishSealed(OpCall& call) {
+  asio::awaitable<Status> publishing = call.engine->PublishSealed(call.request, call.response);
+  co_return co_await std::move(publishing);  // call.engine keeps the session alive while it hashes
+}
 Status ControlServer::Unpublish(OpCall& call) { return call.engine->Unpublish(call.request, call.response); }
 
 Status ControlServer::Lookup(OpCall& call) {
@@ -388,6 +393,11 @@ asio::awaitable<Status> ControlServer::LookupWaiting(OpCall& call) {
 Status ControlServer::Flush(OpCall& call) { return call.engine->Flush(call.request, call.response); }
 Status ControlServer::Load(OpCall& call) { return call.engine->Load(call.request, call.response); }
 Status ControlServer::Store(OpCall& call) { return call.engine->Store(call.request, call.response); }
+
+asio::awaitable<Status> ControlServer::StoreSealed(OpCall& call) {
+  asio::awaitable<Status> storing = call.engine->StoreSealed(call.request, call.response);
+  co_return co_await std::move(storing);  // call.engine keeps the session alive while it hashes
+}
 Status ControlServer::Finish(OpCall& call) { return call.engine->Finish(call.request, call.response); }
 
 Status ControlServer::Poll(OpCall& call) { return call.engine->PollNow(call.request, call.response, &call.must_wait); }

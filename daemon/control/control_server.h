@@ -120,12 +120,14 @@ class ControlServer : private ControlHandler, private ControlOpHandlers {
   OpAnswer Hello(OpCall& call) override;
   OpAnswer RegisterRegion(OpCall& call) override;
   OpAnswer Publish(OpCall& call) override;
+  OpWait PublishSealed(OpCall& call) override;
   OpAnswer Unpublish(OpCall& call) override;
   OpAnswer Lookup(OpCall& call) override;
   OpWait LookupWaiting(OpCall& call) override;
   OpAnswer Flush(OpCall& call) override;
   OpAnswer Load(OpCall& call) override;
   OpAnswer Store(OpCall& call) override;
+  OpWait StoreSealed(OpCall& call) override;
   OpAnswer Finish(OpCall& call) override;
   OpAnswer Poll(OpCall& call) override;
   OpWait PollWaiting(OpCall& call) override;

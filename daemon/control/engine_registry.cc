@@ -156,6 +156,11 @@ Status EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>*
   return Status::Ok();
 }
 
+Status EngineRegistry::RefuseLimit(Counter counter, const std::string& op, std::string why) {
+  limits_.Hit(&counters_, counter, op + " refused: " + why);
+  return Status::Conflict(std::move(why));
+}
+
 void EngineRegistry::Unregister(EngineId engine) { engines_.erase(engine); }
 
 EngineRegistry::Totals EngineRegistry::EngineTotals() const {

@@ -30,10 +30,18 @@
 #include "daemon/metrics/limit_reporter.h"
 #include "daemon/node/node_model.h"
 #include "daemon/node/peer_service.h"
+#include "daemon/node/seal_hasher.h"
 
 namespace kvpeer::daemon {
 
 class EngineSession;
+
+// Bounds of what one engine's requests may cost (docs/security.md, "Engine
+// state is bounded in bytes"); 0 = unbounded.
+struct EngineLimits {
+  uint64_t max_seal_bytes = 0;          // --max-seal-bytes: hashed by one sealed publish or store
+  uint64_t max_open_request_bytes = 0;  // --max-open-request-bytes: an engine's unfinished requests
+};
 
 // The peer credentials of a control connection (SO_PEERCRED).
 struct PeerCredentials {
@@ -67,6 +75,8 @@ class EngineRegistry : public ResultSink {
   // a register_region beyond it answers conflict (counted as
   // limit_max_region_bytes). 0 = no limit.
   void set_max_region_bytes(uint64_t max_region_bytes) { max_region_bytes_ = max_region_bytes; }
+  void set_engine_limits(EngineLimits limits) { engine_limits_ = limits; }
+  const EngineLimits& engine_limits() const { return engine_limits_; }
 
   // The `hello` op: checks the engine's settings against the node's and
   // opens its session. On success *session is set and *response holds
@@ -117,6 +127,10 @@ class EngineRegistry : public ResultSink {
   Status ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge);
   // Bytes of engine regions mapped now.
   uint64_t region_bytes() const { return *region_bytes_; }
+  // Counts and logs a hit of a limit counter; conflict with `why`.
+  Status RefuseLimit(Counter counter, const std::string& op, std::string why);
+  // Hashes slots for sealed publishes and stores, off the event loop.
+  SealHasher& seal_hasher() { return seal_hasher_; }
   // The session is closing; it gets nothing more.
   void Unregister(EngineId engine);
 
@@ -140,6 +154,8 @@ class EngineRegistry : public ResultSink {
   std::shared_ptr<uint64_t> region_bytes_ = std::make_shared<uint64_t>(0);
   std::map<std::string, EngineId> supply_owners_;  // kv_request_id -> the engine storing for it
   LimitReporter limits_;
+  EngineLimits engine_limits_;
+  SealHasher seal_hasher_;
 
   EngineId next_engine_ = 1;
   session::JobId next_job_ = 1;

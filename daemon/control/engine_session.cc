@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <boost/asio/redirect_error.hpp>
@@ -161,7 +162,7 @@ Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv
 
 bool EngineSession::Claim(const std::string& peer, const std::string& kv_request_id) {
   if (!registry_.ClaimKv(peer, kv_request_id, id_)) return false;
-  kv_claims_[kv_request_id].insert(peer);
+  if (kv_claims_[kv_request_id].insert(peer).second) open_request_bytes_ += kv_request_id.size() + kOpenRequestBytes;
   return true;
 }
 
@@ -169,25 +170,94 @@ void EngineSession::Unclaim(const std::string& peer, const std::string& kv_reque
   registry_.ReleaseKv(peer, kv_request_id);
   auto claims = kv_claims_.find(kv_request_id);
   if (claims == kv_claims_.end()) return;
-  claims->second.erase(peer);
+  if (claims->second.erase(peer) > 0) open_request_bytes_ -= kv_request_id.size() + kOpenRequestBytes;
   if (claims->second.empty()) kv_claims_.erase(claims);
 }
 
-Status EngineSession::Publish(const json::object& request, json::object* response) {
+Status EngineSession::CheckRequestRoom(const std::string& kv_request_id, const std::string* peer) const {
+  const uint64_t bound = registry_.engine_limits().max_open_request_bytes;
+  if (bound == 0) return Status::Ok();
+  const uint64_t cost = kv_request_id.size() + kOpenRequestBytes;
+  uint64_t more = kv_ids_.contains(kv_request_id) ? 0 : cost;
+  if (peer != nullptr) {
+    auto claims = kv_claims_.find(kv_request_id);
+    if (claims == kv_claims_.end() || !claims->second.contains(*peer)) more += cost;
+  }
+  if (more == 0 || open_request_bytes_ + more <= bound) return Status::Ok();
+  return registry_.RefuseLimit(Counter::kLimitMaxOpenRequestBytes, "request of engine '" + client_ + "'",
+                               "max-open-request-bytes (" + std::to_string(bound) + ") reached: this engine's " +
+                                   std::to_string(kv_ids_.size()) + " unfinished requests take " +
+                                   std::to_string(open_request_bytes_) + " bytes (id bytes plus " +
+                                   std::to_string(kOpenRequestBytes) +
+                                   " per request and per peer it names); finish requests first");
+}
+
+void EngineSession::OpenRequest(const std::string& kv_request_id) {
+  if (kv_ids_.insert(kv_request_id).second) open_request_bytes_ += kv_request_id.size() + kOpenRequestBytes;
+}
+
+void EngineSession::CloseRequest(const std::string& kv_request_id) {
+  if (kv_ids_.erase(kv_request_id) > 0) open_request_bytes_ -= kv_request_id.size() + kOpenRequestBytes;
+}
+
+Status EngineSession::ReadPublish(const json::object& request, PublishRequest* publish) const {
   RequestReader reader(request);
-  std::vector<protocol::Key> keys;
   std::vector<uint64_t> block_ids;
-  reader.Keys("keys", 0, &keys);
+  reader.Keys("keys", 0, &publish->keys);
   reader.BlockIds("block_ids", 0, &block_ids);
   std::optional<bool> seal;
   reader.OptionalBool("seal", &seal);
-  reader.SameLength("block_ids", block_ids.size(), "keys", keys.size());
+  reader.SameLength("block_ids", block_ids.size(), "keys", publish->keys.size());
   if (!reader.ok()) return reader.status();
+  publish->seal = seal.value_or(false);
   if (Status bad = CheckRegion("publish"); !bad.ok()) return bad;
-  std::vector<SlotIndex> slots;
-  if (Status bad = CheckBlockIds(block_ids, &slots); !bad.ok()) return bad;
-  (*response)["published"] = registry_.index().Publish(id_, keys, slots, seal.value_or(false));
+  return CheckBlockIds(block_ids, &publish->slots);
+}
+
+Status EngineSession::Publish(const json::object& request, json::object* response) {
+  PublishRequest publish;
+  if (Status bad = ReadPublish(request, &publish); !bad.ok()) return bad;
+  if (publish.seal) return Status::Internal("a sealed publish must take the hashing path");
+  if (Status refused = registry_.index().Publish(id_, publish.keys, publish.slots); !refused.ok()) return refused;
+  (*response)["published"] = publish.keys.size();
   return Status::Ok();
+}
+
+boost::asio::awaitable<Status> EngineSession::PublishSealed(const json::object& request, json::object* response) {
+  PublishRequest publish;
+  if (Status bad = ReadPublish(request, &publish); !bad.ok()) co_return bad;
+  SlotSeals seals;
+  if (publish.seal) {
+    if (Status failed = co_await HashSeals("publish", publish.slots, &seals); !failed.ok()) co_return failed;
+  }
+  Status refused = registry_.index().Publish(id_, publish.keys, publish.slots, publish.seal ? &seals : nullptr);
+  if (!refused.ok()) co_return refused;
+  (*response)["published"] = publish.keys.size();
+  co_return Status::Ok();
+}
+
+boost::asio::awaitable<Status> EngineSession::HashSeals(std::string_view op, const std::vector<SlotIndex>& slots,
+                                                        SlotSeals* seals) {
+  // Each slot once, however often the request names it.
+  std::vector<SlotIndex> distinct(slots);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const uint64_t bytes = distinct.size() * block_len_;
+  const uint64_t bound = registry_.engine_limits().max_seal_bytes;
+  if (bound != 0 && bytes > bound) {
+    co_return registry_.RefuseLimit(
+        Counter::kLimitMaxSealBytes, std::string(op) + " of engine '" + client_ + "'",
+        "max-seal-bytes (" + std::to_string(bound) + ") reached: sealing " + std::to_string(distinct.size()) +
+            " distinct block ids of " + std::to_string(block_len_) + " bytes hashes " + std::to_string(bytes) +
+            " bytes; seal fewer blocks per request");
+  }
+  std::shared_ptr<ShmRegion> region = region_;
+  *seals = co_await registry_.seal_hasher().Hash(std::move(region), std::move(distinct));
+  registry_.counters().Add(Counter::kSealBytesHashed, bytes);
+  // The engine may have gone, or (being sequential on its connection) done
+  // nothing else meanwhile.
+  if (closed_) co_return Status::Unavailable("the engine session closed while its blocks were hashed");
+  co_return Status::Ok();
 }
 
 Status EngineSession::Unpublish(const json::object& request, json::object* response) {
@@ -260,6 +330,7 @@ Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<sess
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
   if (Status busy = CheckKvFree(args.peer, args.kv_request_id); !busy.ok()) return busy;
+  if (Status full = CheckRequestRoom(args.kv_request_id, &args.peer); !full.ok()) return full;
 
   // Claimed before the call: the peer side may report the request failed
   // from inside it.
@@ -269,7 +340,7 @@ Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<sess
     if (claimed) Unclaim(args.peer, args.kv_request_id);
     return failed;
   }
-  kv_ids_.insert(args.kv_request_id);
+  OpenRequest(args.kv_request_id);
   if (answers->size() != args.keys.size()) {
     return Status::Internal("the peer side answered " + std::to_string(answers->size()) + " of " +
                             std::to_string(args.keys.size()) + " probes");
@@ -353,6 +424,7 @@ Status EngineSession::Load(const json::object& request, json::object*) {
   if (Status busy = jobs_.CheckLoadSlots(slots); !busy.ok()) return busy;
   if (Status busy = CheckSlotsUnpinned(slots); !busy.ok()) return busy;
   if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
+  if (Status full = CheckRequestRoom(kv_request_id, &peer); !full.ok()) return full;
 
   // Recorded before the call: the peer side may deliver the result (e.g. a
   // peer in backoff fails the load at once) from inside it.
@@ -368,7 +440,7 @@ Status EngineSession::Load(const json::object& request, json::object*) {
     if (claimed) Unclaim(peer, kv_request_id);
     return failed;
   }
-  kv_ids_.insert(kv_request_id);
+  OpenRequest(kv_request_id);
   registry_.counters().Add(Counter::kLoadsSubmitted);
   return Status::Ok();
 }
@@ -376,7 +448,28 @@ Status EngineSession::Load(const json::object& request, json::object*) {
 Status EngineSession::Store(const json::object& request, json::object*) {
   JobRequest job;
   if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) return bad;
+  if (job.seal) return Status::Internal("a sealed store must take the hashing path");
+  return StartStore(job, nullptr);
+}
+
+boost::asio::awaitable<Status> EngineSession::StoreSealed(const json::object& request, json::object*) {
+  JobRequest job;
+  if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) co_return bad;
+  SlotSeals seals;
+  if (job.seal) {
+    // The checks that need no hashing come first, so a refused store costs nothing.
+    if (Status full = CheckRequestRoom(job.kv_request_id, nullptr); !full.ok()) co_return full;
+    if (Status failed = co_await HashSeals("store", job.slots, &seals); !failed.ok()) co_return failed;
+    // Nothing of this engine ran meanwhile (its requests are answered in
+    // order), but a job id may have been delivered: checked again.
+    if (Status taken = jobs_.CheckJobIdFree(job.job_id); !taken.ok()) co_return taken;
+  }
+  co_return StartStore(job, job.seal ? &seals : nullptr);
+}
+
+Status EngineSession::StartStore(JobRequest& job, const SlotSeals* seals) {
   PeerService* peers = Peers();
+  if (peers == nullptr) return PeerSideMissing();
   const int64_t job_id = job.job_id;
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
@@ -386,17 +479,18 @@ Status EngineSession::Store(const json::object& request, json::object*) {
                                 "' has supply from another engine of this node; a request's supply is "
                                 "its engine's");
   }
+  if (Status full = CheckRequestRoom(kv_request_id, nullptr); !full.ok()) return full;
 
   registry_.ClaimSupply(kv_request_id, id_);
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddStore(job_id, node_job, kv_request_id);
-  kv_ids_.insert(kv_request_id);
+  OpenRequest(kv_request_id);
   stored_kv_ids_.insert(kv_request_id);
   std::vector<session::PinRef> pins;
   {
     auto guard = std::make_shared<StoreGuard>(weak_from_this(), job_id, node_job);
     for (SlotIndex slot : slots) {
-      std::optional<uint64_t> sealed = job.seal ? registry_.index().SealOf(id_, slot) : std::nullopt;
+      std::optional<uint64_t> sealed = seals != nullptr ? seals->at(slot) : std::nullopt;
       pins.push_back(registry_.index().Pin(id_, slot, guard, sealed));
     }
   }  // from here on only the pins hold the guard
@@ -416,9 +510,10 @@ Status EngineSession::Finish(const json::object& request, json::object*) {
   // The request is over on every peer: another engine may use its id now.
   if (auto claims = kv_claims_.find(kv_request_id); claims != kv_claims_.end()) {
     for (const std::string& peer : claims->second) registry_.ReleaseKv(peer, kv_request_id);
+    open_request_bytes_ -= claims->second.size() * (kv_request_id.size() + kOpenRequestBytes);
     kv_claims_.erase(claims);
   }
-  kv_ids_.erase(kv_request_id);
+  CloseRequest(kv_request_id);
   if (stored_kv_ids_.erase(kv_request_id) > 0) registry_.ReleaseSupply(kv_request_id, id_);
   return Status::Ok();
 }
@@ -494,6 +589,7 @@ void EngineSession::Close() {
     for (const std::string& peer : claimed_peers) registry_.ReleaseKv(peer, kv_request_id);
   }
   kv_claims_.clear();
+  open_request_bytes_ = 0;
   for (const std::string& kv_request_id : stored_kv_ids_) registry_.ReleaseSupply(kv_request_id, id_);
   stored_kv_ids_.clear();
   // In-flight loads and pins keep the mapping until they end.

@@ -55,7 +55,11 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // op's fields are added to *response. `fd` is the descriptor passed with
   // the request's line (SCM_RIGHTS), if any.
   Status RegisterRegion(const boost::json::object& request, UniqueFd fd, boost::json::object* response);
+  // Unsealed publish. A sealed one (`seal: true`) is PublishSealed: its
+  // slots are hashed off the event loop first (docs/security.md, "One
+  // request may not hold the event loop").
   Status Publish(const boost::json::object& request, boost::json::object* response);
+  boost::asio::awaitable<Status> PublishSealed(const boost::json::object& request, boost::json::object* response);
   Status Unpublish(const boost::json::object& request, boost::json::object* response);
   // With `wait_ms` the probe is flushed at once and the answer waits until
   // no key is `retry`, the time passes, the peer's session or the request
@@ -68,6 +72,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   Status Flush(const boost::json::object& request, boost::json::object* response);
   Status Load(const boost::json::object& request, boost::json::object* response);
   Status Store(const boost::json::object& request, boost::json::object* response);
+  // A store with `seal: true`: hashed off the loop, as PublishSealed.
+  boost::asio::awaitable<Status> StoreSealed(const boost::json::object& request, boost::json::object* response);
   Status Finish(const boost::json::object& request, boost::json::object* response);
   // Waits up to `wait_ms` for something to report unless something already
   // is (or waits are cut, see CutWaits).
@@ -123,6 +129,17 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
 
   // Region present, ids in range (out_of_range), into *slots.
   Status CheckRegion(std::string_view op) const;
+  struct PublishRequest {
+    std::vector<protocol::Key> keys;
+    std::vector<protocol::SlotIndex> slots;
+    bool seal = false;
+  };
+  Status ReadPublish(const boost::json::object& request, PublishRequest* publish) const;
+  // The seals of `slots`' distinct slots, hashed on the registry's worker;
+  // conflict naming --max-seal-bytes when they are too many bytes, and
+  // unavailable when the engine went away meanwhile.
+  boost::asio::awaitable<Status> HashSeals(std::string_view op, const std::vector<protocol::SlotIndex>& slots,
+                                           SlotSeals* seals);
   struct JobRequest {
     int64_t job_id = 0;
     std::string kv_request_id;
@@ -138,6 +155,18 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   Status CheckSlotsUnpinned(const std::vector<protocol::SlotIndex>& slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
   Status CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
+  // The checks and the work of a store whose seals (if sealed) are known.
+  Status StartStore(JobRequest& job, const SlotSeals* seals);
+  // What one open request costs against --max-open-request-bytes beyond its
+  // id's bytes (its entries in this session, the registry and the peer
+  // side's request state).
+  static constexpr uint64_t kOpenRequestBytes = 512;
+  // conflict naming --max-open-request-bytes when `kv_request_id` is new to
+  // this engine (or to `peer`) and would pass the bound.
+  Status CheckRequestRoom(const std::string& kv_request_id, const std::string* peer) const;
+  // kv_ids_ with the byte count kept in step.
+  void OpenRequest(const std::string& kv_request_id);
+  void CloseRequest(const std::string& kv_request_id);
   // Claims (peer, kv_request_id) for this engine; true when newly claimed.
   bool Claim(const std::string& peer, const std::string& kv_request_id);
   void Unclaim(const std::string& peer, const std::string& kv_request_id);
@@ -160,6 +189,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // by request so that finish touches only its own claims (a burst of
   // thousands of requests would otherwise scan them all per finish).
   std::unordered_map<std::string, std::set<std::string>> kv_claims_;
+  // Bytes of kv_ids_ and kv_claims_ entries, each the id plus kOpenRequestBytes.
+  uint64_t open_request_bytes_ = 0;
 
   boost::asio::steady_timer poll_timer_;
   bool poll_waiting_ = false;

@@ -51,6 +51,12 @@ enum class Counter : size_t {
   kLimitMaxQueuedBytes,
   kLimitMaxRoundsPerPeer,
   kLimitMaxRoundKeyBytes,
+  kSealBytesHashed,
+  kSealsBroken,
+  kLimitMaxSealBytes,
+  kLimitMaxKeysPerSlot,
+  kLimitMaxPublishedKeyBytes,
+  kLimitMaxOpenRequestBytes,
 };
 
 struct CounterSpec {
@@ -60,7 +66,7 @@ struct CounterSpec {
 };
 
 // In the order of Counter.
-inline constexpr std::array<CounterSpec, 30> kCounterSpecs = {{
+inline constexpr std::array<CounterSpec, 36> kCounterSpecs = {{
     {Counter::kRequests, "requests", ""},
     {Counter::kRequestsFailed, "requests_failed", ""},
     {Counter::kControlConnections, "control_connections", ""},
@@ -91,6 +97,12 @@ inline constexpr std::array<CounterSpec, 30> kCounterSpecs = {{
     {Counter::kLimitMaxQueuedBytes, "limit_max_queued_bytes", "max-queued-bytes"},
     {Counter::kLimitMaxRoundsPerPeer, "limit_max_rounds_per_peer", "max-rounds-per-peer"},
     {Counter::kLimitMaxRoundKeyBytes, "limit_max_round_key_bytes", "max-round-key-bytes"},
+    {Counter::kSealBytesHashed, "seal_bytes_hashed", ""},
+    {Counter::kSealsBroken, "seals_broken", ""},
+    {Counter::kLimitMaxSealBytes, "limit_max_seal_bytes", "max-seal-bytes"},
+    {Counter::kLimitMaxKeysPerSlot, "limit_max_keys_per_slot", "max-keys-per-slot"},
+    {Counter::kLimitMaxPublishedKeyBytes, "limit_max_published_key_bytes", "max-published-key-bytes"},
+    {Counter::kLimitMaxOpenRequestBytes, "limit_max_open_request_bytes", "max-open-request-bytes"},
 }};
 
 constexpr bool CounterSpecsInOrder() {

@@ -621,7 +621,14 @@ asio::awaitable<void> PeerConnection::WriteDataFrame(boost::system::error_code& 
   const bool torn = co_await WriteFrame(queued, ec);
   if (closed() || ec) co_return;
   CountSent(queued.frame.message);
-  if (torn) OnTornFrameWritten(std::get<protocol::BlockData>(queued.frame.message));
+  const auto& data = std::get<protocol::BlockData>(queued.frame.message);
+  if (torn) {
+    OnFrameNotServed(data, "a source block could not be read while its frame was written (engine region "
+                           "truncated); the rest of the frame was sent as zeros");
+  } else if (!SealsHeld(queued.frame.blocks)) {
+    OnFrameNotServed(data, "a source block published sealed no longer held its sealed bytes after it was sent "
+                           "(its slot was reused); its keys are withdrawn");
+  }
   // `queued` dies here: its source blocks are unpinned now that they are on the wire.
 }
 
@@ -688,13 +695,22 @@ asio::awaitable<bool> PeerConnection::WriteFrame(const QueuedFrame& queued, boos
   co_return !ec && !closed() && out.done() && out.CheckSourcesAfterWrite();
 }
 
-// The torn frame's round fails: the session ends it (and its store jobs)
-// and a transfer_done{success:true} already queued behind the frame, from
-// when the round looked complete, is turned into a failure before it goes.
-void PeerConnection::OnTornFrameWritten(const protocol::BlockData& data) {
-  const std::string reason = "kv_request_id " + data.kv_request_id + " round " + std::to_string(data.round_seq) +
-                             ": a source block could not be read while its frame was written (engine region "
-                             "truncated); the rest of the frame was sent as zeros";
+// Every sealed block of the frame is hashed again now that the kernel has
+// its bytes (docs/vllm.md, "Serving without pins"): a slot its engine
+// reused without unpublishing fails the round, so even a consumer without
+// the xxh3 feature never counts those bytes, and the stale keys go.
+bool PeerConnection::SealsHeld(const std::vector<session::PinRef>& blocks) {
+  bool held = true;
+  for (const session::PinRef& block : blocks) held = block->SealHoldsAfterWrite() && held;
+  return held;
+}
+
+// The frame's round fails: the session ends it (and its store jobs) and a
+// transfer_done{success:true} already queued behind the frame, from when
+// the round looked complete, is turned into a failure before it goes.
+void PeerConnection::OnFrameNotServed(const protocol::BlockData& data, std::string_view why) {
+  const std::string reason =
+      "kv_request_id " + data.kv_request_id + " round " + std::to_string(data.round_seq) + ": " + std::string(why);
   spdlog::warn("peer {}: {}", session_->peer_id(), reason);
   session_->OnDataFrameTorn(data, reason);
   for (QueuedFrame& queued : write_queue_) {

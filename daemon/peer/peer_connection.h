@@ -227,7 +227,8 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // The frame at the front of the queue is partly on the wire: nothing may
   // be written before it is finished.
   bool FrontHalfWritten() const { return !write_queue_.empty() && write_queue_.front().written > 0; }
-  void OnTornFrameWritten(const protocol::BlockData& data);
+  void OnFrameNotServed(const protocol::BlockData& data, std::string_view why);
+  static bool SealsHeld(const std::vector<session::PinRef>& blocks);
   // The write-progress liveness check (wire spec section 4 step 8).
   bool WriterStalled() const;
   // A frame already started is finished even while the connection lingers

@@ -21,22 +21,36 @@ constexpr uint64_t kLen = 64;
 
 uint64_t HashOf(const std::string& bytes) { return protocol::BlockChecksum(std::as_bytes(std::span(bytes))); }
 
+// A sealed publish as the engine session makes one: the seals of the
+// distinct slots, taken now.
+Status PublishSealed(NodePublishedBlocks& index, EngineId engine, const std::vector<protocol::Key>& keys,
+                     const std::vector<SlotIndex>& slots) {
+  SlotSeals seals;
+  for (SlotIndex slot : slots) seals[slot] = index.SealOf(engine, slot);
+  return index.Publish(engine, keys, slots, &seals);
+}
+
 struct SealFixture {
   SealFixture() {
     file = std::make_unique<testing::ShmFile>(8 * kLen);
     REQUIRE(ShmRegion::MapPath(file->path(), {8, kLen, 0}, std::nullopt, &region).ok());
-    index.AddEngine(1, region, [](SlotIndex) {});
+    index.AddEngine(1, region, [this](SlotIndex slot) { released.push_back(slot); });
   }
   void Fill(SlotIndex slot, char c) { file->Write(slot * kLen, std::string(kLen, c)); }
 
   std::unique_ptr<testing::ShmFile> file;
   std::shared_ptr<ShmRegion> region;
   NodePublishedBlocks index;
+  std::vector<SlotIndex> released;
 };
+
+std::string Bytes(const session::PinRef& pin) {
+  return std::string(reinterpret_cast<const char*>(pin->bytes().data()), pin->bytes().size());
+}
 
 TEST_CASE_METHOD(SealFixture, "a sealed slot sends the checksum of its bytes at publish, not of its bytes now") {
   Fill(2, 'a');
-  index.Publish(1, {"k"}, {2}, /*seal=*/true);
+  PublishSealed(index, 1, {"k"}, {2});
   Fill(2, 'b');  // the engine reused the slot too early
   session::PinRef pin = index.PinIfPublished("k");
   REQUIRE(pin);
@@ -53,23 +67,23 @@ TEST_CASE_METHOD(SealFixture, "an unsealed slot sends the checksum of its bytes 
 
 TEST_CASE_METHOD(SealFixture, "publishing a sealed slot again unsealed drops the seal") {
   Fill(2, 'a');
-  index.Publish(1, {"k"}, {2}, true);
+  PublishSealed(index, 1, {"k"}, {2});
   Fill(2, 'b');
-  index.Publish(1, {"k"}, {2}, false);
+  index.Publish(1, {"k"}, {2});
   CHECK(index.PinIfPublished("k")->Checksum() == HashOf(std::string(kLen, 'b')));
 }
 
 TEST_CASE_METHOD(SealFixture, "sealing again takes the slot's bytes as they are then") {
   Fill(2, 'a');
-  index.Publish(1, {"k"}, {2}, true);
+  PublishSealed(index, 1, {"k"}, {2});
   Fill(2, 'b');
-  index.Publish(1, {"k"}, {2}, true);
+  PublishSealed(index, 1, {"k"}, {2});
   CHECK(index.PinIfPublished("k")->Checksum() == HashOf(std::string(kLen, 'b')));
 }
 
 TEST_CASE_METHOD(SealFixture, "a pin keeps the seal it began with after the slot is unpublished") {
   Fill(2, 'a');
-  index.Publish(1, {"k"}, {2}, true);
+  PublishSealed(index, 1, {"k"}, {2});
   session::PinRef pin = index.PinIfPublished("k");
   index.Unpublish(1, {"k"});
   Fill(2, 'b');
@@ -78,7 +92,7 @@ TEST_CASE_METHOD(SealFixture, "a pin keeps the seal it began with after the slot
 
 TEST_CASE_METHOD(SealFixture, "a slot withdrawn and published again unsealed is not sealed") {
   Fill(2, 'a');
-  index.Publish(1, {"k"}, {2}, true);
+  PublishSealed(index, 1, {"k"}, {2});
   index.Unpublish(1, {"k"});
   Fill(2, 'b');
   index.Publish(1, {"other"}, {2});
@@ -106,6 +120,61 @@ TEST_CASE_METHOD(SealFixture, "a truncated region has no seal and no checksum, a
   CHECK_FALSE(index.SealOf(1, 1).has_value());
   CHECK_FALSE(pin->Checksum().has_value());
   CHECK_FALSE(sink->LandedChecksum(1).has_value());
+}
+
+TEST_CASE_METHOD(SealFixture, "a sealed re-publish of a slot whose bytes changed withdraws its older keys") {
+  Fill(3, 'o');
+  REQUIRE(PublishSealed(index, 1, {"old"}, {3}).ok());
+  SECTION("bytes unchanged: both keys stay") {
+    REQUIRE(PublishSealed(index, 1, {"same"}, {3}).ok());
+    CHECK(index.keys_at(1, 3) == 2);
+    CHECK(index.PinIfPublished("old"));
+  }
+  SECTION("bytes changed (the engine reused the slot): the old key goes, nothing is reported free") {
+    Fill(3, 'n');
+    REQUIRE(PublishSealed(index, 1, {"new"}, {3}).ok());
+    CHECK(index.keys_at(1, 3) == 1);
+    CHECK(index.PinIfPublished("old") == nullptr);
+    CHECK(Bytes(index.PinIfPublished("new")) == std::string(kLen, 'n'));
+    CHECK(index.published(1) == 1);
+    CHECK(released.empty());
+  }
+}
+
+TEST_CASE_METHOD(SealFixture, "a sealed block changed after it was sent fails the check and its keys are withdrawn") {
+  Fill(2, 's');
+  REQUIRE(PublishSealed(index, 1, {"k1", "k2"}, {2, 2}).ok());
+  session::PinRef pin = index.PinIfPublished("k1");
+  REQUIRE(pin);
+  CHECK(pin->SealHoldsAfterWrite());
+  Fill(2, 'x');  // vLLM evicted the block and reused the slot
+  CHECK_FALSE(pin->SealHoldsAfterWrite());
+  CHECK(index.PinIfPublished("k1") == nullptr);
+  CHECK(index.PinIfPublished("k2") == nullptr);
+  CHECK(index.published(1) == 0);
+  CHECK(index.seals_broken() == 1);
+  CHECK(released.empty());  // still pinned: reported when the pin drops
+  pin.reset();
+  CHECK(released == std::vector<SlotIndex>{2});
+}
+
+TEST_CASE_METHOD(SealFixture, "a broken seal withdraws nothing once the slot was sealed again") {
+  Fill(2, 'a');
+  REQUIRE(PublishSealed(index, 1, {"k1"}, {2}).ok());
+  session::PinRef pin = index.PinIfPublished("k1");
+  Fill(2, 'b');
+  REQUIRE(PublishSealed(index, 1, {"k2"}, {2}).ok());  // the engine published the new block there
+  CHECK_FALSE(pin->SealHoldsAfterWrite());  // what was sent is not what k1 named
+  CHECK(index.PinIfPublished("k2"));        // but k2's seal is the slot's now
+  CHECK(index.seals_broken() == 0);
+}
+
+TEST_CASE_METHOD(SealFixture, "unsealed blocks always pass the after-write check") {
+  index.Publish(1, {"k1"}, {4});
+  session::PinRef pin = index.PinIfPublished("k1");
+  Fill(4, 'z');
+  CHECK(pin->SealHoldsAfterWrite());
+  CHECK(index.PinIfPublished("k1"));
 }
 
 }  // namespace

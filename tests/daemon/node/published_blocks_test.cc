@@ -35,7 +35,7 @@ std::string Bytes(const session::PinRef& pin) {
 
 TEST_CASE_METHOD(IndexFixture, "published keys are pinned with the bytes of their slot") {
   a_file->Write(3 * kLen, std::string(kLen, 'c'));
-  CHECK(index.Publish(1, {"k1", "k2"}, {3, 4}) == 2);
+  CHECK(index.Publish(1, {"k1", "k2"}, {3, 4}).ok());
   CHECK(index.published(1) == 2);
   session::PinRef pin = index.PinIfPublished("k1");
   REQUIRE(pin);
@@ -187,6 +187,37 @@ TEST_CASE_METHOD(IndexFixture, "a pin's attachment is released after the slot is
   second.reset();
   CHECK(pins_seen == 0);
   CHECK(a_released.empty());  // never published: nothing to report
+}
+
+TEST_CASE_METHOD(IndexFixture, "keys per slot are bounded; a refused publish changes nothing") {
+  index.set_limits({.max_keys_per_slot = 2, .max_key_bytes = 0});
+  REQUIRE(index.Publish(1, {"k1", "k2"}, {1, 1}).ok());
+  Status refused = index.Publish(1, {"k3", "k4"}, {1, 5});
+  CHECK(refused.code() == Status::Code::kConflict);
+  CHECK(refused.message().find("max-keys-per-slot (2)") != std::string::npos);
+  CHECK(index.PinIfPublished("k4") == nullptr);
+  CHECK(index.published(1) == 2);
+  // Moving a key away makes room; re-publishing where it is costs nothing.
+  CHECK(index.Publish(1, {"k2", "k3", "k1"}, {5, 1, 1}).ok());
+  CHECK(index.keys_at(1, 1) == 2);
+  // Another engine's keys at its own slot 1 count for it alone.
+  CHECK(index.Publish(2, {"k1", "k2"}, {1, 1}).ok());
+}
+
+TEST_CASE_METHOD(IndexFixture, "published key bytes are bounded per engine") {
+  const uint64_t per_key = 2 + NodePublishedBlocks::kHoldingBytes;
+  index.set_limits({.max_keys_per_slot = 0, .max_key_bytes = 3 * per_key});
+  REQUIRE(index.Publish(1, {"k1", "k2", "k3"}, {1, 2, 3}).ok());
+  CHECK(index.published_key_bytes(1) == 3 * per_key);
+  Status refused = index.Publish(1, {"k4"}, {4});
+  CHECK(refused.code() == Status::Code::kConflict);
+  CHECK(refused.message().find("max-published-key-bytes") != std::string::npos);
+  CHECK(index.Publish(2, {"k4"}, {4}).ok());  // engine 2 has its own budget
+  index.Unpublish(1, {"k1"});
+  CHECK(index.Publish(1, {"k4"}, {4}).ok());
+  CHECK(index.published_key_bytes(1) == 3 * per_key);
+  index.RemoveEngine(1);
+  CHECK(index.published_key_bytes(1) == 0);
 }
 
 TEST_CASE("a slot sink writes into the region and keeps it mapped") {
