@@ -619,9 +619,9 @@ std::vector<OptionSpec> BuildOptions() {
   options.push_back({.name = "max-open-request-bytes",
                      .value_name = "N",
                      .default_text = "33554432",
-                     .help = "bytes of one engine's unfinished requests (id bytes + 512 per request and per peer "
-                             "it names), 65536..2^40; a lookup, load or store of a new request beyond it answers "
-                             "conflict",
+                     .help = "bytes of one engine's unfinished requests (twice the id bytes + 512, per request "
+                             "and per peer it names), 65536..2^40; a lookup, load or store of a new request beyond "
+                             "it answers conflict",
                      .apply = [](const std::vector<std::string>& raw, Settings* s) {
                        return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_open_request_bytes);
                      },

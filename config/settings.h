@@ -98,8 +98,8 @@ struct Settings {
   uint64_t max_round_key_bytes = 64ull * 1024 * 1024;
   // Per-engine bounds (docs/security.md, "Engine state is bounded in
   // bytes"): bytes one sealed publish or store may hash, keys one slot may
-  // hold, published key bytes (key + 96 each) and open-request bytes (id +
-  // 512 per request and per peer it names).
+  // hold, published key bytes (key + 96 each) and open-request bytes (twice
+  // the id + 512, per request and per peer it names).
   uint64_t max_seal_bytes = 4ull << 30;
   uint64_t max_keys_per_slot = 16;
   uint64_t max_published_key_bytes = 256ull << 20;

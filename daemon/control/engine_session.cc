@@ -162,7 +162,7 @@ Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv
 
 bool EngineSession::Claim(const std::string& peer, const std::string& kv_request_id) {
   if (!registry_.ClaimKv(peer, kv_request_id, id_)) return false;
-  if (kv_claims_[kv_request_id].insert(peer).second) open_request_bytes_ += kv_request_id.size() + kOpenRequestBytes;
+  if (kv_claims_[kv_request_id].insert(peer).second) open_request_bytes_ += RequestCost(kv_request_id);
   return true;
 }
 
@@ -170,14 +170,14 @@ void EngineSession::Unclaim(const std::string& peer, const std::string& kv_reque
   registry_.ReleaseKv(peer, kv_request_id);
   auto claims = kv_claims_.find(kv_request_id);
   if (claims == kv_claims_.end()) return;
-  if (claims->second.erase(peer) > 0) open_request_bytes_ -= kv_request_id.size() + kOpenRequestBytes;
+  if (claims->second.erase(peer) > 0) open_request_bytes_ -= RequestCost(kv_request_id);
   if (claims->second.empty()) kv_claims_.erase(claims);
 }
 
 Status EngineSession::CheckRequestRoom(const std::string& kv_request_id, const std::string* peer) const {
   const uint64_t bound = registry_.engine_limits().max_open_request_bytes;
   if (bound == 0) return Status::Ok();
-  const uint64_t cost = kv_request_id.size() + kOpenRequestBytes;
+  const uint64_t cost = RequestCost(kv_request_id);
   uint64_t more = kv_ids_.contains(kv_request_id) ? 0 : cost;
   if (peer != nullptr) {
     auto claims = kv_claims_.find(kv_request_id);
@@ -187,17 +187,16 @@ Status EngineSession::CheckRequestRoom(const std::string& kv_request_id, const s
   return registry_.RefuseLimit(Counter::kLimitMaxOpenRequestBytes, "request of engine '" + client_ + "'",
                                "max-open-request-bytes (" + std::to_string(bound) + ") reached: this engine's " +
                                    std::to_string(kv_ids_.size()) + " unfinished requests take " +
-                                   std::to_string(open_request_bytes_) + " bytes (id bytes plus " +
-                                   std::to_string(kOpenRequestBytes) +
-                                   " per request and per peer it names); finish requests first");
+                                   std::to_string(open_request_bytes_) + " bytes (twice the id's bytes plus 512, per request and per peer it names); "
+                                   "finish requests first");
 }
 
 void EngineSession::OpenRequest(const std::string& kv_request_id) {
-  if (kv_ids_.insert(kv_request_id).second) open_request_bytes_ += kv_request_id.size() + kOpenRequestBytes;
+  if (kv_ids_.insert(kv_request_id).second) open_request_bytes_ += RequestCost(kv_request_id);
 }
 
 void EngineSession::CloseRequest(const std::string& kv_request_id) {
-  if (kv_ids_.erase(kv_request_id) > 0) open_request_bytes_ -= kv_request_id.size() + kOpenRequestBytes;
+  if (kv_ids_.erase(kv_request_id) > 0) open_request_bytes_ -= RequestCost(kv_request_id);
 }
 
 Status EngineSession::ReadPublish(const json::object& request, PublishRequest* publish) const {
@@ -510,7 +509,7 @@ Status EngineSession::Finish(const json::object& request, json::object*) {
   // The request is over on every peer: another engine may use its id now.
   if (auto claims = kv_claims_.find(kv_request_id); claims != kv_claims_.end()) {
     for (const std::string& peer : claims->second) registry_.ReleaseKv(peer, kv_request_id);
-    open_request_bytes_ -= claims->second.size() * (kv_request_id.size() + kOpenRequestBytes);
+    open_request_bytes_ -= claims->second.size() * (RequestCost(kv_request_id));
     kv_claims_.erase(claims);
   }
   CloseRequest(kv_request_id);
