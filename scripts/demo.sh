@@ -9,6 +9,11 @@
 # SIGTERM, each daemon must exit 0.
 #
 #   scripts/demo.sh            # DEMO_BLOCKS=256 DEMO_BLOCK_LEN=1048576 by default
+#   DEMO_REGION_DIR=/mnt/huge scripts/demo.sh   # both regions as files there (e.g. a tmpfs
+#                                               # mounted huge=always: docs/performance.md)
+#
+# It moves the blocks twice: cold (engine B's region never written, both
+# daemons' mappings untouched) and warm (the same slots again), and prints both.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -84,7 +89,7 @@ echo "== two nodes up (sockets in $work)"
 
 PYTHONDONTWRITEBYTECODE=1 python3 "$root/clients/python/demo.py" --socket-a "$work/node-a.sock" --socket-b "$work/node-b.sock" \
   --blocks "$blocks" --block-len "$block_len" --fingerprint kvpeer-demo-model --hash-seed kvpeer-demo-seed \
-  --kvpeerctl "$kvpeerctl"
+  --kvpeerctl "$kvpeerctl" ${DEMO_REGION_DIR:+--region-dir "$DEMO_REGION_DIR"}
 echo
 
 stop_node node-b
