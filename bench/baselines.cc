@@ -211,8 +211,8 @@ std::vector<double> TcpRoundTrips(int count, int warmup, int64_t pace_us) {
   return RoundTrips(TcpPair(), count, warmup, pace_us);
 }
 
-std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip) {
-  return RoundTrips(UnixPair(), count, warmup, 0, echo_cpu_us_per_trip);
+std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip, int64_t pace_us) {
+  return RoundTrips(UnixPair(), count, warmup, pace_us, echo_cpu_us_per_trip);
 }
 
 double MemcpyGBps(uint64_t chunk, uint64_t total, uint64_t buffer_bytes) {

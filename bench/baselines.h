@@ -43,7 +43,8 @@ std::vector<double> TcpRoundTrips(int count, int warmup, int64_t pace_us = 0);
 // `echo_cpu_us_per_trip`, when given, gets the echo thread's CPU time per
 // round trip: what a blocking server spends per request on this machine,
 // wake-ups included (the floor of the daemon's CPU per control op).
-std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip = nullptr);
+std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip = nullptr,
+                                   int64_t pace_us = 0);
 
 // Single-thread memcpy of `chunk`-byte pieces between two buffers of
 // `buffer_bytes` (beyond the caches) until `total` bytes are copied; GB/s.

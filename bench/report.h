@@ -44,6 +44,11 @@ struct Figure {
   }
   // For a figure measured several times (value is then the median).
   std::optional<Spread> spread;
+  // A CI guard (issue 27 item 5): a ratio of two figures of the same run
+  // that holds on any machine unless the code got slower per frame, per
+  // request or per key. Unlike a target, a guard that is not met fails the
+  // run (the smoke run too).
+  bool guard = false;
 
   std::optional<double> Ratio() const;
   // Empty for Goal::kNone.
