@@ -56,4 +56,23 @@ TEST_CASE("DecodeHex leaves its output untouched on failure", "[hex]") {
 }
 
 }  // namespace
+TEST_CASE("DecodeLowerHex checks and decodes in one pass, naming the first bad offset", "[hex]") {
+  std::string out;
+  CHECK(DecodeLowerHex("00ff7a", &out) == std::string_view::npos);
+  CHECK(out == std::string("\x00\xff\x7a", 3));
+  CHECK(DecodeLowerHex("0g", &out) == 1);
+  CHECK(DecodeLowerHex("G0", &out) == 0);
+  CHECK(DecodeLowerHex("abAB", &out) == 2);
+  CHECK(DecodeLowerHex("ab c", &out) == 2);
+  CHECK(DecodeLowerHex("abc", &out) == std::string_view::npos);  // odd but all digits: the caller checks length
+  CHECK(DecodeLowerHex("abx", &out) == 2);
+  CHECK(DecodeLowerHex("", &out) == std::string_view::npos);
+  CHECK(out.empty());
+  // Every byte value round-trips through ToHex.
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  REQUIRE(DecodeLowerHex(ToHex(all), &out) == std::string_view::npos);
+  CHECK(out == all);
+}
+
 }  // namespace kvpeer
