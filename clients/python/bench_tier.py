@@ -141,6 +141,7 @@ def one_run(a_daemon, b, keys, run, steady_steps, rest_steps):
         step(tier, (), (), clock)
         rest.append(clock.spent)
     return {"probing_steps": len(probing), "probing_ms_per_step": statistics.median(probing) * 1e3,
+            "probing_us_per_key": statistics.median(probing) * 1e6 / (REQUESTS * KEYS),
             "steady_ms_per_step": statistics.median(steady) * 1e3,
             "steady_us_per_key": statistics.median(steady) * 1e6 / (REQUESTS * KEYS),
             "rest_us_per_step": statistics.median(rest) * 1e6}
@@ -200,12 +201,15 @@ def main():
           f"{args.runs} runs (median of each run; median [min-max] over runs)")
     rows = (("probing steps", "probing_steps", "", None),
             ("probing, per step", "probing_ms_per_step", "ms", None),
+            ("probing, per key", "probing_us_per_key", "us", GOAL_US_PER_KEY),
             ("steady, per step", "steady_ms_per_step", "ms", None),
             ("steady, per key", "steady_us_per_key", "us", GOAL_US_PER_KEY),
             ("at rest, per step", "rest_us_per_step", "us", GOAL_US_AT_REST))
     for label, name, unit, goal in rows:
         s = result[name]
-        verdict = "" if goal is None else (f"  goal <= {goal:g} {unit}: " + ("met" if s["median"] <= goal else "MISSED"))
+        verdict = ""
+        if goal is not None:
+            verdict = f"  goal <= {goal:g} {unit}: " + ("met" if s["median"] <= goal else "MISSED")
         print(f"  {label:20s} {s['median']:9.3f} {unit:2s} [{s['min']:.3f}-{s['max']:.3f}]{verdict}")
 
 

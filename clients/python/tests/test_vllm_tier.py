@@ -429,6 +429,10 @@ class FailureTest(TierTestCase):
         b.run_until(lambda: b.results, what="the load's result")
         [result] = b.results.values()
         self.assertFalse(result.success, "the old keys' load must not succeed with the new bytes")
+        failures = {label: b.tier.counters.total(Names.LOAD_FAILURES, label)
+                    for label in ("checksum", "refused", "other", "peer_lost", "timeout")}
+        self.assertEqual(sum(failures.values()), 1, failures)
+        self.assertEqual(failures["timeout"], 0, failures)
         for key in old:
             self.assertIs(b.cpu.lookup(key), LookupResult.MISS, "no block of the failed load is a hit")
         b.finish_request(ctx)

@@ -474,9 +474,8 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         params = req_context.kv_transfer_params
         source = parse_source(params)
         dest = parse_dest(params)
-        for role in (source, dest):
-            if role is not None and role.kv_request_id:
-                self._live[role.kv_request_id] = self._live.get(role.kv_request_id, 0) + 1
+        for kv_request_id in {r.kv_request_id for r in (source, dest) if r is not None and r.kv_request_id}:
+            self._live[kv_request_id] = self._live.get(kv_request_id, 0) + 1
         if source is not None:
             req_context.set_state(source)
             if source.probe:
