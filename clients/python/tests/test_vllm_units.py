@@ -92,6 +92,12 @@ class PublishBookTest(unittest.TestCase):
         self.assertEqual(book.slot_of(b"k"), 5)
         self.assertEqual(book.withdraw_slots([0]), [])
 
+    def test_supply_withdraws_only_other_keys(self):
+        book = PublishBook(8)
+        book.admit(keys(2), [0, 1])
+        self.assertEqual(book.withdraw_others([keys(2)[0], b"other"], [0, 1]), [keys(2)[1]])
+        self.assertTrue(book.is_published(keys(2)[0]), "the same block at its slot stays published")
+
     def test_load_destinations_are_withdrawn(self):
         book = PublishBook(8)
         book.admit(keys(3), [0, 1, 2])

@@ -126,6 +126,18 @@ class PublishBook:
         admission.publish = fresh
         return admission
 
+    def withdraw_others(self, keys: Sequence[Key], slots: Sequence[int]) -> List[Key]:
+        """`keys` are now at `slots` (a store that is not published, e.g. a
+        remote decoder's supply): other keys published at those slots are
+        stale, withdrawn from the book; the same key at its slot stays."""
+        stale: List[Key] = []
+        for key, slot in zip(keys, slots):
+            for other in list(self._by_slot.get(int(slot), ())):
+                if other != key:
+                    self._remove(other)
+                    stale.append(other)
+        return stale
+
     def withdraw_slots(self, slots: Iterable[int]) -> List[Key]:
         """Slots about to get other bytes (a load's destinations): the keys
         published at them, now withdrawn from the book."""

@@ -647,8 +647,9 @@ class KvpeerSecondaryTier(SecondaryTierManager):
             if not ok:
                 self.counters.add(Names.STORES, 1, "failure")
             return
-        # The slots now hold this request's blocks: whatever was published at them is stale.
-        stale = self._book.withdraw_slots(slots)
+        # The slots hold these blocks now: other keys published at them are stale (the same
+        # key at its slot, a prefix hit cascaded for REQUEST_LEVEL, stays published).
+        stale = self._book.withdraw_others(keys, slots)
         if stale:
             self._send(conn, "unpublish", self._on_unpublish, keys=[k.hex() for k in stale])
             self.counters.add(Names.PUBLISH_WITHDRAWALS, len(stale))
