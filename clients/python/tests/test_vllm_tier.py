@@ -670,9 +670,9 @@ class ConfigTest(TierTestCase):
                                 publish_budget_bytes=-1)
         with self.assertRaisesRegex(ValueError, "hash_algo.*'md5'"):
             KvpeerSecondaryTier(s, region.view, "KvpeerSecondaryTier", socket=self.a.socket_path, hash_algo="md5")
-        with self.assertRaisesRegex(ValueError, "hello_timeout_s"):
+        with self.assertRaisesRegex(ValueError, "answer_timeout_s"):
             KvpeerSecondaryTier(s, region.view, "KvpeerSecondaryTier", socket=self.a.socket_path,
-                                hello_timeout_s=0)
+                                answer_timeout_s=0)
         other = VllmRegion(f"cfg-other-{uuid.uuid4().hex[:8]}", 4, ROW)
         self.addCleanup(other.close)
         with self.assertRaisesRegex(ValueError, "not a mapping of"):
@@ -880,19 +880,31 @@ class FakeDaemonTest(unittest.TestCase):
         self.assertFalse(tier.has_pending_work())
 
     def test_hello_never_answered_is_retried(self):
-        """A daemon that never answers hello: after hello_timeout_s the tier
+        """A daemon that never answers hello: after answer_timeout_s the tier
         closes, fails what was owed once, and says hello again on a new
         connection."""
         def script(index, request):
             return None if index == 0 else fake_answer(index, request)
         daemon = self.fake(script)
-        tier = self.tier(daemon, hello_timeout_s=0.3)
+        tier = self.tier(daemon, answer_timeout_s=0.3)
         self.load(tier, 5)
         results = self.collect(tier, [], lambda: tier.ready, what="a second hello answered")
         self.assertEqual([(r.job_id, r.success) for r in results], [(5, False)])
         self.assertEqual(daemon.ops(0)[:3], ["hello", "register_region", "load"])
         self.assertEqual(daemon.ops(1)[:2], ["hello", "register_region"])
         self.assertGreaterEqual(daemon.connections, 2)
+
+    def test_poll_never_answered_is_a_lost_daemon(self):
+        """hello answered, then a step's poll never is: after
+        answer_timeout_s the load owed fails once and the tier reconnects."""
+        def script(index, request):
+            return None if index == 0 and request["op"] == "poll" else fake_answer(index, request)
+        daemon = self.fake(script)
+        tier = self.tier(daemon, answer_timeout_s=0.3)
+        self.load(tier, 9)
+        results = self.collect(tier, [], lambda: daemon.connections >= 2 and tier.ready, what="reconnected")
+        self.assertEqual([(r.job_id, r.success) for r in results], [(9, False)])
+        self.assertEqual(tier.counters.total(Names.LOAD_FAILURES, "peer_lost"), 1)
 
     def test_failed_ids_are_bounded_and_pruned(self):
         """failed_requests naming ids of requests vLLM already finished (or

@@ -74,8 +74,9 @@ DEFAULT_BUDGET_FRACTION = 1.0
 # Bounds for the two calls that may block.
 DEFAULT_DRAIN_TIMEOUT_S = 90.0  # above the daemon's 60 s unmatched-supply timeout
 DEFAULT_SHUTDOWN_TIMEOUT_S = 3.0
-# A hello without an answer for this long: the connection is closed and opened again later.
-DEFAULT_HELLO_TIMEOUT_S = 5.0
+# A hello, or a step's poll (wait_ms 0), without an answer for this long: the
+# daemon counts as lost (the connection is closed and opened again later).
+DEFAULT_ANSWER_TIMEOUT_S = 5.0
 # How long a long `poll` waits inside drain_jobs/shutdown (never on the step path).
 _BLOCKING_POLL_MS = 50
 # A lost daemon connection is tried again at most this often.
@@ -88,7 +89,7 @@ _RECONNECT_TIMEOUT_S = 0.05
 _MAX_FAILED = 4096
 
 _KNOWN_KWARGS = {"socket", "publish_budget_bytes", "region_path", "client_name", "connect_timeout_s",
-                 "drain_timeout_s", "shutdown_timeout_s", "hello_timeout_s", "hash_algo", "backpressure_detector"}
+                 "drain_timeout_s", "shutdown_timeout_s", "answer_timeout_s", "hash_algo", "backpressure_detector"}
 
 
 @dataclass
@@ -135,7 +136,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
                  region_path: Optional[str] = None, client_name: Optional[str] = None,
                  connect_timeout_s: float = 5.0, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
                  shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
-                 hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S, hash_algo: Optional[str] = None,
+                 answer_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S, hash_algo: Optional[str] = None,
                  backpressure_detector: Any = None, **kwargs: Any) -> None:
         if SHAPE.backpressure:
             # vLLM after #50045: the factory passes the detector; the base keeps it (bp_detector).
@@ -164,7 +165,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         self._connect_timeout_s = _positive(connect_timeout_s, "connect_timeout_s")
         self._drain_timeout_s = _positive(drain_timeout_s, "drain_timeout_s")
         self._shutdown_timeout_s = _positive(shutdown_timeout_s, "shutdown_timeout_s")
-        self._hello_timeout_s = _positive(hello_timeout_s, "hello_timeout_s")
+        self._answer_timeout_s = _positive(answer_timeout_s, "answer_timeout_s")
         self._config_fingerprint = identity.config_fingerprint(offloading_spec)
 
         # Checked now, so a misconfigured engine fails at start, not at the first request.
@@ -205,6 +206,7 @@ class KvpeerSecondaryTier(SecondaryTierManager):
         self._live: Dict[str, int] = {}  # kv_request_ids of requests vLLM has not finished
         self._failed: "OrderedDict[str, None]" = OrderedDict()
         self._poll_in_flight = False
+        self._poll_deadline = 0.0  # a poll unanswered past this counts as a lost daemon
         self._owed = 0  # answers owed for requests other than poll
         self.counters = Counters()
 
@@ -264,8 +266,8 @@ class KvpeerSecondaryTier(SecondaryTierManager):
             self._say_hello(conn, digest)
             if conn.closed:
                 return None
-        elif self._hello_state == "sent" and time.monotonic() - self._hello_sent_at > self._hello_timeout_s:
-            self._lose(f"kvpeerd did not answer hello within {self._hello_timeout_s:g} s")
+        elif self._hello_state == "sent" and time.monotonic() - self._hello_sent_at > self._answer_timeout_s:
+            self._lose(f"kvpeerd did not answer hello within {self._answer_timeout_s:g} s")
             return None
         return None if self._broken else conn
 
@@ -421,8 +423,11 @@ class KvpeerSecondaryTier(SecondaryTierManager):
 
     def _send_poll(self, conn: PipelinedClient, wait_ms: int = 0) -> None:
         if self._poll_in_flight:
+            if time.monotonic() > self._poll_deadline:
+                self._lose(f"kvpeerd did not answer a poll within {self._answer_timeout_s:g} s")
             return
         self._poll_in_flight = True
+        self._poll_deadline = time.monotonic() + wait_ms / 1000.0 + self._answer_timeout_s
         fields = {"wait_ms": wait_ms} if wait_ms else {}
         self._send(conn, "poll", self._on_poll, owed=False, **fields)
 
