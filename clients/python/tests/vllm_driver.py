@@ -127,7 +127,10 @@ class _Block:
 
 class CpuTier:
     """A minimal LRU primary tier: key -> slot, with vLLM's pin rules (a
-    pinned or not-yet-written block is never evicted)."""
+    pinned or not-yet-written block is never evicted). When full, the oldest
+    evictable block goes and its slot takes the new block, as vLLM's
+    LRUCachePolicy.evict does (vllm/v1/kv_offload/cpu/policies/lru.py:56-78
+    at 7cfb97e: only ref_cnt 0 blocks, oldest first)."""
 
     def __init__(self, region: VllmRegion) -> None:
         self.region = region
