@@ -5,12 +5,16 @@ reasons, and the pipelined connection against a scripted socket peer."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from kvpeer.pipelined import PipelinedClient  # noqa: E402
-from kvpeer.vllm import identity  # noqa: E402
+from kvpeer.vllm import answers, compat, identity  # noqa: E402
 from kvpeer.vllm.metrics import reason_label  # noqa: E402
 from kvpeer.vllm.params import Dest, Source, parse_dest, parse_source  # noqa: E402
 from kvpeer.vllm.probes import HIT, MISS, Probe  # noqa: E402
@@ -54,51 +58,78 @@ class ParamsTest(unittest.TestCase):
 
 
 class PublishBookTest(unittest.TestCase):
-    def test_budget_evicts_oldest_and_job_finishes_when_all_released(self):
+    def test_budget_evicts_oldest_first(self):
         book = PublishBook(4)
-        a = book.admit(1, keys(4, b"a"), [0, 1, 2, 3])
-        self.assertEqual((len(a.publish), a.evict, a.finished_now), (4, [], False))
-        b = book.admit(2, keys(2, b"b"), [4, 5])
+        a = book.admit(keys(4, b"a"), [0, 1, 2, 3])
+        self.assertEqual((len(a.publish), a.unpublish), (4, []))
+        b = book.admit(keys(2, b"b"), [4, 5])
         self.assertEqual(b.evict, keys(2, b"a"))  # oldest first
-        self.assertIsNone(book.release(0))
-        self.assertIsNone(book.release(1))  # job 1 still holds a2, a3
-        c = book.admit(3, keys(2, b"c"), [6, 7])
+        self.assertEqual(b.stale, [])
+        self.assertEqual(book.published_count, 4)
+        c = book.admit(keys(2, b"c"), [6, 7])
         self.assertEqual(c.evict, keys(4, b"a")[2:])
-        self.assertIsNone(book.release(2))
-        self.assertEqual(book.release(3), 1)
-        self.assertFalse(book.take_failed(1))
 
-    def test_already_published_keys_hold_nothing(self):
+    def test_a_reused_slot_withdraws_its_old_key_first(self):
         book = PublishBook(8)
-        book.admit(1, keys(2), [0, 1])
-        again = book.admit(2, keys(2), [0, 1])
-        self.assertTrue(again.finished_now)
-        self.assertEqual(again.publish, [])
+        book.admit(keys(2, b"old"), [0, 1])
+        again = book.admit([b"new"], [1])  # vLLM stored another block into slot 1
+        self.assertEqual(again.stale, [keys(2, b"old")[1]])
+        self.assertEqual(again.publish, [(b"new", 1)])
+        self.assertTrue(book.is_published(keys(2, b"old")[0]))
+        self.assertFalse(book.is_published(keys(2, b"old")[1]))
+
+    def test_same_block_same_slot_is_not_published_twice(self):
+        book = PublishBook(8)
+        book.admit(keys(2), [0, 1])
+        again = book.admit(keys(2), [0, 1])
+        self.assertEqual((again.publish, again.unpublish), ([], []))
+
+    def test_a_key_stored_at_another_slot_moves(self):
+        book = PublishBook(8)
+        book.admit([b"k"], [0])
+        moved = book.admit([b"k"], [5])
+        self.assertEqual((moved.publish, moved.unpublish), ([(b"k", 5)], []))
+        self.assertEqual(book.slot_of(b"k"), 5)
+        self.assertEqual(book.withdraw_slots([0]), [])
+
+    def test_supply_withdraws_only_other_keys(self):
+        book = PublishBook(8)
+        book.admit(keys(2), [0, 1])
+        self.assertEqual(book.withdraw_others([keys(2)[0], b"other"], [0, 1]), [keys(2)[1]])
+        self.assertTrue(book.is_published(keys(2)[0]), "the same block at its slot stays published")
+
+    def test_load_destinations_are_withdrawn(self):
+        book = PublishBook(8)
+        book.admit(keys(3), [0, 1, 2])
+        self.assertEqual(sorted(book.withdraw_slots([1, 2, 7])), sorted(keys(3)[1:]))
+        self.assertEqual(book.published_count, 1)
 
     def test_touch_keeps_recent_blocks(self):
         book = PublishBook(2)
-        book.admit(1, keys(2), [0, 1])
+        book.admit(keys(2), [0, 1])
         book.touch([keys(2)[0]])
-        self.assertEqual(book.admit(2, [b"z"], [5]).evict, [keys(2)[1]])
+        self.assertEqual(book.admit([b"z"], [5]).evict, [keys(2)[1]])
 
-    def test_zero_budget_and_publish_failure(self):
-        self.assertTrue(PublishBook(0).admit(1, keys(3), [0, 1, 2]).finished_now)
+    def test_zero_budget_refusal_and_reset(self):
+        self.assertEqual(PublishBook(0).admit(keys(3), [0, 1, 2]).publish, [])
         book = PublishBook(4)
-        book.admit(7, keys(2), [0, 1])
-        self.assertEqual(book.publish_failed(7, keys(2)), 7)
-        self.assertTrue(book.take_failed(7))
+        book.admit(keys(2), [0, 1])
+        book.refused([(keys(2)[0], 0), (keys(2)[1], 9)])
+        self.assertEqual(book.published_keys(), [keys(2)[1]])
+        self.assertEqual(book.unpublish_all(), [keys(2)[1]])
         self.assertEqual(book.published_count, 0)
 
     def test_bad_input(self):
-        with self.assertRaises(ValueError):
+        with self.assertRaisesRegex(ValueError, "budget_blocks must be an integer >= 0, got -1"):
             PublishBook(-1)
-        with self.assertRaisesRegex(ValueError, "2 keys but 1 block ids"):
-            PublishBook(4).admit(1, keys(2), [0])
+        with self.assertRaisesRegex(ValueError, "2 keys but 1 slot ids"):
+            PublishBook(4).admit(keys(2), [0])
 
 
 class ProbeTest(unittest.TestCase):
     def test_states(self):
         p = Probe("r", "h:1")
+        self.assertFalse(p.pending)
         k = keys(3)
         self.assertIsNone(p.answer(k[0]))
         self.assertIsNone(p.answer(k[1]))
@@ -133,11 +164,123 @@ class IdentityTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "no config"):
             identity.config_fingerprint(SimpleNamespace())
 
-    def test_seed_digest_hides_the_seed(self):
-        d = identity.hash_seed_digest("secret-seed")
-        self.assertEqual(d, identity.hash_seed_digest("secret-seed"))
-        self.assertNotEqual(d, identity.hash_seed_digest("other"))
-        self.assertNotIn("secret", d)
+    def test_seed_digest_is_a_slow_salted_kdf(self):
+        """issue 25 item 4: scrypt with a fixed salt; the same seed gives the
+        same digest (in any process: a fresh one is asked too), different
+        seeds differ, one derivation costs >= 50 ms (measured once), and a
+        process derives each seed once (cached)."""
+        identity.hash_seed_digest.cache_clear()
+        started = time.perf_counter()
+        d = identity.hash_seed_digest("12345")
+        cost = time.perf_counter() - started
+        self.assertGreaterEqual(cost, 0.050, f"one derivation took {cost * 1000:.1f} ms")
+        started = time.perf_counter()
+        self.assertEqual(d, identity.hash_seed_digest("12345"))
+        self.assertLess(time.perf_counter() - started, 0.005, "derived once per process")
+        self.assertNotEqual(d, identity.hash_seed_digest("12346"))
+        self.assertNotIn("12345", d)
+        other = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                                "from kvpeer.vllm import identity; print(identity.hash_seed_digest('12345'))",
+                                str(HERE.parent)], capture_output=True, text=True, check=True)
+        self.assertEqual(other.stdout.strip(), d, "another process (node) derives the same value")
+        with self.assertRaisesRegex(TypeError, "hash seed must be a string"):
+            identity.hash_seed_digest(12345)
+
+    def test_seed_at_construction_follows_vllms_rule(self):
+        saved = os.environ.pop("PYTHONHASHSEED", None)
+        self.addCleanup(lambda: os.environ.__setitem__("PYTHONHASHSEED", saved) if saved is not None
+                        else os.environ.pop("PYTHONHASHSEED", None))
+        self.assertEqual(identity.seed_at_construction(), identity.DEFAULT_NONE_HASH_SEED)
+        self.assertEqual(identity.seed_at_construction("sha256_cbor"), identity.DEFAULT_NONE_HASH_SEED)
+        self.assertIsNone(identity.seed_at_construction("xxhash"), "random per process: not known yet")
+        os.environ["PYTHONHASHSEED"] = "7"
+        self.assertEqual(identity.seed_at_construction("xxhash"), "7")
+        with self.assertRaisesRegex(ValueError, "'hash_algo' must be one of .* got 'md5'"):
+            os.environ.pop("PYTHONHASHSEED")
+            identity.seed_at_construction("md5")
+
+
+class CompatTest(unittest.TestCase):
+    """Feature detection of vLLM's interface shape, on classes shaped like
+    each vLLM version (and broken ones)."""
+
+    @staticmethod
+    def classes(slots="block_ids", policy="BLOCK_LEVEL", backpressure=False, request_level=True):
+        job = dataclasses.make_dataclass("TransferJob", ["job_id", "keys", slots, "is_promotion", "req_context"])
+        members = {policy: policy.lower()}
+        if request_level:
+            members["REQUEST_LEVEL"] = "request_level"
+        Policy = enum.Enum("OffloadPolicy", members)
+        if backpressure:
+            class Base:
+                def __init__(self, offloading_spec, primary_kv_view, tier_type, backpressure_detector=None):
+                    pass
+        else:
+            class Base:
+                def __init__(self, offloading_spec, primary_kv_view, tier_type):
+                    pass
+        return job, Policy, Base
+
+    def test_both_shapes_and_mixtures(self):
+        old = compat.detect(*self.classes())
+        self.assertEqual((old.slots_field, old.incremental_policy.name, old.backpressure),
+                         ("block_ids", "BLOCK_LEVEL", False))
+        new = compat.detect(*self.classes("chunk_ids", "CHUNK_LEVEL", True))
+        self.assertEqual((new.slots_field, new.incremental_policy.name, new.backpressure),
+                         ("chunk_ids", "CHUNK_LEVEL", True))
+        mixed = compat.detect(*self.classes("chunk_ids", "CHUNK_LEVEL", False))  # #52615 without #50045
+        self.assertEqual((mixed.slots_field, mixed.backpressure), ("chunk_ids", False))
+
+    def test_anything_else_names_what_is_missing(self):
+        with self.assertRaisesRegex(compat.IncompatibleVllm, "neither 'block_ids' .* nor 'chunk_ids'"):
+            compat.detect(*self.classes(slots="slot_ids"))
+        with self.assertRaisesRegex(compat.IncompatibleVllm, "neither 'BLOCK_LEVEL' .* nor 'CHUNK_LEVEL'"):
+            compat.detect(*self.classes(policy="TOKEN_LEVEL"))
+        with self.assertRaisesRegex(compat.IncompatibleVllm, "no member 'REQUEST_LEVEL'"):
+            compat.detect(*self.classes(request_level=False))
+        job, policy, _ = self.classes()
+
+        class NoTierType:
+            def __init__(self, offloading_spec, primary_kv_view):
+                pass
+        with self.assertRaisesRegex(compat.IncompatibleVllm, "no parameter 'tier_type'"):
+            compat.detect(job, policy, NoTierType)
+
+
+class AnswersTest(unittest.TestCase):
+    """Every field the tier reads from kvpeerd is type-checked; the error
+    names the op, the field and what came."""
+
+    def test_poll(self):
+        ok = answers.poll({"results": [{"job_id": 3, "kv_request_id": "r", "success": False, "reason": "x"}],
+                           "failed_requests": ["r"], "released": [4]})
+        self.assertEqual((ok.results[0].job_id, ok.results[0].success, ok.failed_requests, ok.released),
+                         (3, False, ["r"], [4]))
+        self.assertEqual(answers.poll({}).results, [])
+        for bad, message in (({"released": ["x"]}, "'released' must be a block id"),
+                             ({"released": [True]}, "'released' must be a block id"),
+                             ({"results": ["x"]}, "'results' must be an object"),
+                             ({"results": {}}, "'results' must be a list"),
+                             ({"failed_requests": 7}, "'failed_requests' must be a list, got 7"),
+                             ({"failed_requests": [7]}, "'failed_requests' must be a string"),
+                             ({"results": [{"job_id": True, "success": True}]}, "'job_id' must be an integer"),
+                             ({"results": [{"job_id": 1, "success": "yes"}]}, "'success' must be true or false"),
+                             ({"results": [{"job_id": 1, "success": True, "reason": 5}]}, "'reason' must be")):
+            with self.subTest(bad=bad), self.assertRaisesRegex(answers.BadAnswer, message):
+                answers.poll(bad)
+
+    def test_lookup_hello_unpublish(self):
+        self.assertEqual(answers.lookup_results({"results": ["hit", "retry"]}, [b"a", b"b"]), ["hit", "retry"])
+        with self.assertRaisesRegex(answers.BadAnswer, "1 results for 2 keys"):
+            answers.lookup_results({"results": ["hit"]}, [b"a", b"b"])
+        with self.assertRaisesRegex(answers.BadAnswer, "'hit', 'miss' or 'retry', got 'maybe'"):
+            answers.lookup_results({"results": ["maybe"]}, [b"a"])
+        self.assertEqual(answers.hello_node_id({"node_id": "n:1"}), "n:1")
+        with self.assertRaisesRegex(answers.BadAnswer, "'node_id' must be a non-empty string"):
+            answers.hello_node_id({"node_id": 3})
+        answers.unpublish({"released": [1], "pinned": []})
+        with self.assertRaisesRegex(answers.BadAnswer, "'pinned' must be a block id"):
+            answers.unpublish({"released": [], "pinned": ["1"]})
 
 
 class ReasonTest(unittest.TestCase):

@@ -23,12 +23,21 @@ the commit in docs/vllm.md) makes them:
   * `reset_cache` calls `drain_jobs`, then takes all results and requires
     that no job is left; `shutdown` shuts the tier down.
 
+Both shapes of vLLM's interface (vllm_stub/vllm/_stub_shape.py): jobs carry
+their slots as `block_ids` (7cfb97e) or `chunk_ids` (#52615), and
+`create_tier` passes `backpressure_detector` when vLLM's base class takes it,
+as vLLM's factory does after #50045 (factory.py:39-55 at 7cfb97e builds
+`cls(offloading_spec=, primary_kv_view=, tier_type=, **rest)`).
+
 Written for these tests from the reference reading; it is not vLLM's code.
 """
 
 from __future__ import annotations
 
 import array
+import dataclasses
+import importlib
+import inspect
 import mmap
 import os
 import time
@@ -44,6 +53,35 @@ from vllm.v1.kv_offload.base import (
     ScheduleEndContext,
 )
 from vllm.v1.kv_offload.tiering.base import JobResult, ParentManager, SecondaryTierManager, TransferJob
+
+# The stand-in's shape: which field carries a job's slots, and whether
+# vLLM's factory passes backpressure_detector.
+SLOTS_FIELD = "chunk_ids" if "chunk_ids" in {f.name for f in dataclasses.fields(TransferJob)} else "block_ids"
+FACTORY_PASSES_BACKPRESSURE = "backpressure_detector" in inspect.signature(SecondaryTierManager.__init__).parameters
+
+
+def make_job(job_id: int, keys: Sequence[bytes], slots: Sequence[int], is_promotion: bool,
+             ctx: ReqContext) -> TransferJob:
+    """A TransferJob as vLLM's manager builds it (int64 slot ids)."""
+    return TransferJob(job_id=job_id, keys=list(keys), is_promotion=is_promotion, req_context=ctx,
+                       **{SLOTS_FIELD: array.array("q", slots)})
+
+
+def job_slots(job: TransferJob) -> List[int]:
+    return list(getattr(job, SLOTS_FIELD))
+
+
+def create_tier(tier_config: dict, offloading_spec, view: memoryview) -> SecondaryTierManager:
+    """vLLM's SecondaryTierFactory.create_secondary_tier for a tier with
+    `module_path`: import it, take `type` from it, and build it with the
+    entry's other keys (factory.py:39-100 at 7cfb97e); after #50045 the
+    factory also passes backpressure_detector (None unless configured)."""
+    cls = getattr(importlib.import_module(tier_config["module_path"]), tier_config["type"])
+    assert issubclass(cls, SecondaryTierManager)
+    kwargs = {k: v for k, v in tier_config.items() if k not in ("type", "module_path")}
+    if FACTORY_PASSES_BACKPRESSURE:
+        kwargs["backpressure_detector"] = None
+    return cls(offloading_spec=offloading_spec, primary_kv_view=view, tier_type=tier_config["type"], **kwargs)
 
 
 class VllmRegion:
@@ -89,7 +127,10 @@ class _Block:
 
 class CpuTier:
     """A minimal LRU primary tier: key -> slot, with vLLM's pin rules (a
-    pinned or not-yet-written block is never evicted)."""
+    pinned or not-yet-written block is never evicted). When full, the oldest
+    evictable block goes and its slot takes the new block, as vLLM's
+    LRUCachePolicy.evict does (vllm/v1/kv_offload/cpu/policies/lru.py:56-78
+    at 7cfb97e: only ref_cnt 0 blocks, oldest first)."""
 
     def __init__(self, region: VllmRegion) -> None:
         self.region = region
@@ -237,8 +278,7 @@ class Engine:
 
     def create_store_job(self, keys: List[bytes], ctx: ReqContext) -> TransferJob:
         slots = self.cpu.prepare_read(keys)
-        job = TransferJob(job_id=self._job_id(), keys=keys, block_ids=array.array("q", slots),
-                          is_promotion=False, req_context=ctx)
+        job = make_job(self._job_id(), keys, slots, False, ctx)
         self.jobs[job.job_id] = _Job(job)
         return job
 
@@ -302,8 +342,7 @@ class Engine:
         self.tier.serve_external_requests(self.parent)
         self._processed_this_step = False
         for req_id, (keys, slots, ctx) in self._pending_promotions.items():
-            job = TransferJob(job_id=self._job_id(), keys=list(keys), block_ids=array.array("q", slots),
-                              is_promotion=True, req_context=ctx)
+            job = make_job(self._job_id(), keys, slots, True, ctx)
             self.jobs[job.job_id] = _Job(job)
             self.tier.submit_load(job)
         self._pending_promotions.clear()

@@ -26,6 +26,7 @@ class Names:
     STORES = "vllm:kv_offload_kvpeer_stores"  # label result (remote_decoder supply)
     PUBLISHED_BLOCKS = "vllm:kv_offload_kvpeer_published_blocks"
     PUBLISH_EVICTIONS = "vllm:kv_offload_kvpeer_publish_evictions"
+    PUBLISH_WITHDRAWALS = "vllm:kv_offload_kvpeer_publish_withdrawals"  # published slots vLLM reused
 
 
 REASONS = ("checksum", "timeout", "request_finished", "peer_lost", "refused", "shutdown", "other")
@@ -72,9 +73,11 @@ def definitions() -> Dict[str, Any]:
             documentation="Disaggregated-prefill supply jobs (remote_decoder), by result.",
             labelnames=("result",)),
         Names.PUBLISHED_BLOCKS: OffloadingGaugeMetadata(
-            documentation="CPU-tier blocks published to kvpeerd (and pinned for it) now."),
+            documentation="CPU-tier blocks published (sealed) to kvpeerd now."),
         Names.PUBLISH_EVICTIONS: OffloadingCounterMetadata(
             documentation="Blocks unpublished to stay within publish_budget_bytes."),
+        Names.PUBLISH_WITHDRAWALS: OffloadingCounterMetadata(
+            documentation="Published blocks withdrawn because vLLM stored or loaded other blocks into their slots."),
     }
 
 

@@ -1,8 +1,12 @@
-"""Stand-in for vllm/v1/kv_offload/base.py: the types a secondary tier sees."""
+"""Stand-in for vllm/v1/kv_offload/base.py: the types a secondary tier sees
+(vllm/v1/kv_offload/base.py:90-136 at 7cfb97e; OffloadPolicy as renamed by
+#52615 under KVPEER_VLLM_SHAPE=chunk, see vllm/_stub_shape.py)."""
 
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any, ClassVar, Collection, Dict, NamedTuple, NewType, Optional, Tuple, Type, TypeVar
+
+from vllm._stub_shape import CHUNK
 
 OffloadKey = NewType("OffloadKey", bytes)
 
@@ -57,14 +61,23 @@ class LookupResult(Enum):
     RETRY = auto()
 
 
-class OffloadPolicy(Enum):
-    BLOCK_LEVEL = "block_level"
-    REQUEST_LEVEL = "request_level"
+if CHUNK:
+    class OffloadPolicy(Enum):  # after #52615: BLOCK_LEVEL renamed, no alias
+        CHUNK_LEVEL = "chunk_level"
+        REQUEST_LEVEL = "request_level"
+
+    _DEFAULT_POLICY = OffloadPolicy.CHUNK_LEVEL
+else:
+    class OffloadPolicy(Enum):  # base.py:116-122 at 7cfb97e
+        BLOCK_LEVEL = "block_level"
+        REQUEST_LEVEL = "request_level"
+
+    _DEFAULT_POLICY = OffloadPolicy.BLOCK_LEVEL
 
 
 @dataclass
-class RequestOffloadingContext:
-    policy: OffloadPolicy = OffloadPolicy.BLOCK_LEVEL
+class RequestOffloadingContext:  # base.py:125-127
+    policy: OffloadPolicy = _DEFAULT_POLICY
 
 
 class ScheduleEndContext(NamedTuple):

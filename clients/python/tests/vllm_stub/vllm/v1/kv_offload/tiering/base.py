@@ -1,10 +1,14 @@
 """Stand-in for vllm/v1/kv_offload/tiering/base.py: the job types and the
-abstract classes, with vLLM's defaults for the optional methods."""
+abstract classes, with vLLM's defaults for the optional methods (TB:59-81,
+104-118, 120-334 at 7cfb97e). Under KVPEER_VLLM_SHAPE=chunk (vllm/_stub_shape.py):
+TransferJob.chunk_ids instead of block_ids (#52615) and __init__'s
+backpressure_detector (#50045)."""
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Dict, Iterable, Optional
 
+from vllm._stub_shape import CHUNK
 from vllm.v1.kv_offload.base import (
     Locality,
     LookupResult,
@@ -20,13 +24,22 @@ from vllm.v1.kv_offload.base import (
 JobId = int
 
 
-@dataclass
-class TransferJob:
-    job_id: JobId
-    keys: Collection[OffloadKey]
-    block_ids: Any  # numpy int64 array in vLLM
-    is_promotion: bool
-    req_context: ReqContext
+if CHUNK:
+    @dataclass
+    class TransferJob:  # after #52615
+        job_id: JobId
+        keys: Collection[OffloadKey]
+        chunk_ids: Any  # numpy int64 array in vLLM
+        is_promotion: bool
+        req_context: ReqContext
+else:
+    @dataclass
+    class TransferJob:  # TB:59-67
+        job_id: JobId
+        keys: Collection[OffloadKey]
+        block_ids: Any  # numpy int64 array in vLLM
+        is_promotion: bool
+        req_context: ReqContext
 
 
 @dataclass
@@ -54,11 +67,24 @@ class ParentManager(ABC):
 class SecondaryTierManager(ABC):
     medium: ClassVar[Optional[Medium]] = None
 
-    def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str) -> None:
-        self._offloading_spec = offloading_spec
-        self._primary_kv_view = primary_kv_view
-        self.tier_type = tier_type
-        self.locality: Optional[Locality] = None
+    if CHUNK:
+        def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str,
+                     backpressure_detector: Any = None) -> None:  # after #50045
+            self._offloading_spec = offloading_spec
+            self._primary_kv_view = primary_kv_view
+            self.tier_type = tier_type
+            self.locality: Optional[Locality] = None
+            self._bp_detector = backpressure_detector
+
+        @property
+        def bp_detector(self) -> Any:
+            return self._bp_detector
+    else:
+        def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str) -> None:  # TB:135-153
+            self._offloading_spec = offloading_spec
+            self._primary_kv_view = primary_kv_view
+            self.tier_type = tier_type
+            self.locality: Optional[Locality] = None
 
     @abstractmethod
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult: ...

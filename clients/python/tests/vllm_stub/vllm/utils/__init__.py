@@ -1,0 +1,1 @@
+"""Stand-in package (see tests/vllm_stub/README.md)."""
