@@ -4,6 +4,8 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "protocol/limits.h"
@@ -152,11 +154,12 @@ struct ServerRole::Impl {
 // be used: the hit is only reported.
 bool ServerRole::Impl::Probe(OutboundRound& round, const Key& key) {
   if (round.has_demand) return index.PinIfPublished(key) != nullptr;
-  if (round.probed.contains(key)) return true;
-  PinRef pin = index.PinIfPublished(key);
-  if (!pin) return false;
-  round.probed.emplace(key, std::move(pin));
-  return true;
+  auto [slot, fresh] = round.probed.try_emplace(key);
+  if (!fresh) return true;
+  slot->second = index.PinIfPublished(key);
+  if (slot->second) return true;
+  round.probed.erase(slot);
+  return false;
 }
 
 void ServerRole::OnLookup(const protocol::Lookup& message) {
@@ -194,7 +197,9 @@ void ServerRole::OnLookup(const protocol::Lookup& message) {
   if (!round.has_demand) s.Charge(round, charge);
 
   std::vector<bool> hits;
-  std::map<Key, bool> answers;  // each distinct key is probed (and pinned) once
+  std::unordered_map<std::string_view, bool> answers;  // each distinct key is probed (and pinned) once
+  answers.reserve(message.keys.size());
+  hits.reserve(message.keys.size());
   for (const Key& key : message.keys) {
     auto [answer, fresh] = answers.try_emplace(key, false);
     if (fresh) answer->second = s.Probe(round, key);

@@ -7,12 +7,17 @@ namespace kvpeer::session {
 bool OutboundRound::AddSymmetricDemand(const std::vector<protocol::Key>& keys,
                                        const std::vector<protocol::SlotIndex>& dests) {
   has_demand = true;
-  std::map<protocol::Key, PinRef> pins = std::move(probed);
+  std::unordered_map<protocol::Key, PinRef> pins = std::move(probed);
   probed.clear();
-  const bool all_probed =
-      std::all_of(keys.begin(), keys.end(), [&](const protocol::Key& key) { return pins.contains(key); });
-  if (!all_probed) return false;
-  for (size_t i = 0; i < keys.size(); ++i) queue.push_back(QueuedBlock{dests[i], pins.at(keys[i]), std::nullopt});
+  // One search per key; nothing is queued unless every key was probed.
+  std::vector<const PinRef*> found;
+  found.reserve(keys.size());
+  for (const protocol::Key& key : keys) {
+    auto it = pins.find(key);
+    if (it == pins.end()) return false;
+    found.push_back(&it->second);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) queue.push_back(QueuedBlock{dests[i], *found[i], std::nullopt});
   return true;
 }
 

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <deque>
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <vector>
 
@@ -58,9 +59,12 @@ struct OutboundRound {
 
   // Lookup pins waiting for the round's fetch (no demand yet). Held here so
   // that a slot stays pinned from the hit until the round ends.
-  std::map<protocol::Key, PinRef> probed;
+  // Hash maps: a round may hold 65,536 keys and is only ever searched by key
+  // (an ordered map cost a dozen key compares a lookup: docs/performance.md,
+  // "Cheaper keys").
+  std::unordered_map<protocol::Key, PinRef> probed;
   // Demand not met yet (PD rounds): key -> every destination asking for it.
-  std::map<protocol::Key, std::vector<protocol::SlotIndex>> unmatched;
+  std::unordered_map<protocol::Key, std::vector<protocol::SlotIndex>> unmatched;
   // Matched blocks not yet handed to a frame, in demand order.
   std::deque<QueuedBlock> queue;
 
