@@ -456,7 +456,9 @@ boost::asio::awaitable<Status> EngineSession::StoreSealed(const json::object& re
   if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) co_return bad;
   SlotSeals seals;
   if (job.seal) {
-    // The checks that need no hashing come first, so a refused store costs nothing.
+    // The checks that need no hashing come first, so a refused store costs
+    // nothing; StartStore makes them again after (cheap, and exact).
+    if (Status busy = CheckSupplyFree(job.kv_request_id); !busy.ok()) co_return busy;
     if (Status full = CheckRequestRoom(job.kv_request_id, nullptr); !full.ok()) co_return full;
     if (Status failed = co_await HashSeals("store", job.slots, &seals); !failed.ok()) co_return failed;
     // Nothing of this engine ran meanwhile (its requests are answered in
@@ -466,6 +468,13 @@ boost::asio::awaitable<Status> EngineSession::StoreSealed(const json::object& re
   co_return StartStore(job, job.seal ? &seals : nullptr);
 }
 
+Status EngineSession::CheckSupplyFree(const std::string& kv_request_id) const {
+  std::optional<EngineId> owner = registry_.SupplyOwner(kv_request_id);
+  if (!owner || *owner == id_) return Status::Ok();
+  return Status::Conflict("kv_request_id '" + kv_request_id +
+                          "' has supply from another engine of this node; a request's supply is its engine's");
+}
+
 Status EngineSession::StartStore(JobRequest& job, const SlotSeals* seals) {
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
@@ -473,11 +482,7 @@ Status EngineSession::StartStore(JobRequest& job, const SlotSeals* seals) {
   const std::string& kv_request_id = job.kv_request_id;
   std::vector<protocol::Key>& keys = job.keys;
   const std::vector<SlotIndex>& slots = job.slots;
-  if (std::optional<EngineId> owner = registry_.SupplyOwner(kv_request_id); owner && *owner != id_) {
-    return Status::Conflict("kv_request_id '" + kv_request_id +
-                                "' has supply from another engine of this node; a request's supply is "
-                                "its engine's");
-  }
+  if (Status busy = CheckSupplyFree(kv_request_id); !busy.ok()) return busy;
   if (Status full = CheckRequestRoom(kv_request_id, nullptr); !full.ok()) return full;
 
   registry_.ClaimSupply(kv_request_id, id_);

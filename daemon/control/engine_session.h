@@ -155,6 +155,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   Status CheckSlotsUnpinned(const std::vector<protocol::SlotIndex>& slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
   Status CheckKvFree(const std::string& peer, const std::string& kv_request_id) const;
+  // conflict when another engine of the node supplies `kv_request_id`.
+  Status CheckSupplyFree(const std::string& kv_request_id) const;
   // The checks and the work of a store whose seals (if sealed) are known.
   Status StartStore(JobRequest& job, const SlotSeals* seals);
   // What one open request costs against --max-open-request-bytes, once for
