@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -224,7 +225,8 @@ Status NodePublishedBlocks::CheckLimits(EngineId engine, const Engine& owner, co
     for (const Key* key : owner.slots.at(slot).keys) bytes -= static_cast<int64_t>(key->size() + kHoldingBytes);
     count_of(slot) = 0;
   }
-  auto is_changed = [&](SlotIndex slot) { return std::find(changed.begin(), changed.end(), slot) != changed.end(); };
+  const std::unordered_set<SlotIndex> changed_set(changed.begin(), changed.end());  // a search per key, not a scan
+  auto is_changed = [&](SlotIndex slot) { return changed_set.contains(slot); };
   for (const auto& [key, slot] : final_slot) {
     std::optional<SlotIndex> held;
     if (auto it = keys_.find(*key); it != keys_.end()) {
