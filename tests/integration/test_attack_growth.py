@@ -19,8 +19,9 @@ unfinished kv_request_id too (200,000 of them added 936 MiB).
                       at all after the first refusal; `finish` makes room
                       again; another engine is not affected.
 
-Run against 821bed2 (before), both fail: nothing is refused and RSS grows
-linearly with the rounds.
+Run against 821bed2 (before), both fail: nothing is refused; the rounds took
+RSS from 11.1 to 51.6 MiB at half and 87.2 MiB at the end, and all 20,000
+requests were accepted, RSS 11.7 -> 227.8 MiB.
 """
 
 import sys
@@ -115,8 +116,9 @@ class OpenRequestsTest(DaemonTestCase):
                     first_refusal = i
                     refusal_rss = rss_bytes(a.pid)
         end = rss_bytes(a.pid)
+        at_refusal = "-" if refusal_rss is None else f"{refusal_rss / MIB:.1f}"
         print(f"OPEN REQUESTS accepted={accepted} first_refusal={first_refusal} rss base={base / MIB:.1f} "
-              f"at_refusal={refusal_rss / MIB:.1f} end={end / MIB:.1f} MiB", file=sys.stderr)
+              f"at_refusal={at_refusal} end={end / MIB:.1f} MiB", file=sys.stderr)
         self.assertIsNotNone(first_refusal)
         self.assertGreater(accepted, 3000)
         self.assertLess(end - base, 64 * MIB)

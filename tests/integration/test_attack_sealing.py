@@ -22,8 +22,9 @@ unit's WatchdogSec the daemon would have been restarted.
                   conflict naming the limit, hashes nothing and publishes
                   nothing.
 
-Run against 821bed2 (before), SealStallTest fails: the status answers wait
-for the whole hashing (several seconds) and seal_bytes_hashed does not exist.
+Run against 821bed2 (before; that daemon has no --max-keys-per-slot, so the
+run used 1,024 entries over the same 16 slots): the publish took 4.2 s and
+the one status sent during it waited 4.19 s (16,384 entries would be ~67 s).
 """
 
 import statistics

@@ -21,6 +21,10 @@ other bytes under the old key is the seal:
                     changed withdraws the slot's older keys), the new key
                     loads the new bytes, and the engine hears of no released
                     slot.
+
+Run against 821bed2 (before): ReusedSlotTest failed, the consumer without
+xxh3 got the reused bytes as a successful load ({"success": true}); ResealTest
+failed, the old key still hit.
   IdleEngineTest    a producer engine publishes sealed and then makes no
                     call at all; a peer's lookups and loads are answered by
                     the daemon alone, bytes checked.
