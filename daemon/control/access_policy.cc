@@ -33,7 +33,7 @@ Status AccessPolicy::Check(const PeerCredentials& caller, Privilege privilege, s
   const bool op = privilege == Privilege::kOperator;
   const std::string setting = op ? "operator" : "publisher";
   const GrantedIds& granted = Granted(privilege);
-  std::string allowed = "root, the daemon's uid " + std::to_string(daemon_uid_);
+  std::string allowed = daemon_uid_ == 0 ? "root" : "root, the daemon's uid " + std::to_string(daemon_uid_);
   if (!granted.uids.empty()) allowed += ", uids " + List(granted.uids);
   if (!granted.gids.empty()) allowed += ", members of gids " + List(granted.gids);
   return Status::Invalid(std::string(what) + " is refused: " + DescribeCaller(caller) + " is not " +
