@@ -190,7 +190,10 @@ class ServiceHostsTest(ClusterTestCase):
         subprocess.run(c.enter() + ["sh", "-c", "cat > /etc/kvpeer/test.toml && chgrp kvpeer /etc/kvpeer/test.toml "
                                     "&& chmod 0640 /etc/kvpeer/test.toml"], input=conf, text=True, check=True)
         c.sh("kvpeerd --config /etc/kvpeer/test.toml --check-config")
-        c.sh("systemctl enable --now kvpeerd@test")
+        r = c.sh("systemctl enable --now kvpeerd@test", check=False)
+        if r.returncode != 0:
+            journal = c.sh("journalctl -u kvpeerd@test --no-pager -o cat", check=False).stdout
+            raise RuntimeError(f"kvpeerd@test did not start: {r.stderr}\n{journal[-3000:]}")
         c.sh("useradd -m -G kvpeer-users,kvpeer-publishers engine")
         c.sh("useradd -m -G kvpeer-users loader")
         return c
