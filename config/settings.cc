@@ -472,8 +472,8 @@ std::vector<OptionSpec> BuildOptions() {
                      .effective = [](const Settings& s) { return IdsJson(s.allow_uids); }});
   options.push_back({.name = "allow-gid",
                      .value_name = "GID|GROUP",
-                     .help = "local groups (a client's primary group) allowed on the control socket; repeatable or "
-                             "comma-separated (default: as allow-uid)",
+                     .help = "local groups (a client's primary or supplementary group) allowed on the control socket; "
+                             "repeatable or comma-separated (default: as allow-uid)",
                      .repeatable = true,
                      .apply = ApplyAllowGid,
                      .effective = [](const Settings& s) { return IdsJson(s.allow_gids); }});
