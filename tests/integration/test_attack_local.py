@@ -14,6 +14,10 @@ process run as another uid (nobody, or a test uid with chosen groups) speaking t
   operator   nobody sends `disconnect` (and `connect`) for the peer another engine loads from;
              before the fix the victim's load failed "disconnected by operator". Now refused
              (bad_request naming operator-uid / operator-gid); `status` and `metrics` stay open.
+  region     engine A's region passed by descriptor (the recommended path): engine B, another
+             uid, cannot open it (nor the daemon's descriptors) through /proc; A's own uid can.
+             This is the kernel's rule, so it held before the fix too: what changed for this half
+             of finding 5 is the packaged group model and the docs (no group-writable regions).
   sigbus     `kill -BUS` sent to the daemon: before the fix the first one killed a daemon that
              had not hashed a block yet, and one after a hashed block took the guard away for
              good. Now signals sent by a process are ignored (daemon/node/guarded_read.h).
@@ -51,6 +55,7 @@ s = socket.socket(socket.AF_UNIX)
 s.settimeout(20)
 s.connect(path)
 f = s.makefile("rb")
+regions = []
 for r in requests:
     line = (json.dumps(r) + "\n").encode()
     if r.get("fd"):
@@ -58,7 +63,7 @@ for r in requests:
         os.ftruncate(fd, r["num_blocks"] * block_len)
         os.pwrite(fd, b"\xee" * (r["num_blocks"] * block_len), 0)
         socket.send_fds(s, [line], [fd])
-        os.close(fd)
+        regions.append(fd)  # kept open, as an engine that uses its region does
     else:
         s.sendall(line)
     print(f.readline().decode().strip(), flush=True)
@@ -225,6 +230,45 @@ class LocalAttackTest(DaemonTestCase):
                                     extra_groups=[PUBLISHER_GID])
         self.assertTrue(answer["ok"], dump(answer))
         self.stop(op)
+
+    def test_a_region_passed_by_descriptor_gives_other_engines_no_path_to_it(self):
+        """Finding 5's region half: with by-path regions group read-write, engine B read engine A's
+        region and overwrote its block 0. A region passed by descriptor (the recommended path,
+        deployment.md "Groups") has no path: B, another uid, can open neither A's descriptors nor
+        the daemon's (/proc/PID/fd needs ptrace rights over the process)."""
+        a = self.start_daemon("a", BLOCK_LEN)
+        self.open_socket(a)
+        engine_a, answers = self.run_as(a, [hello_request(name="a"),
+                                            {"op": "register_region", "fd": True, "num_blocks": 8}])
+        self.assertTrue(all(answer["ok"] for answer in answers), dump(answers))
+        probe = ("import os, sys, json\n"
+                 "opened = []\n"
+                 "for pid in sys.argv[1:]:\n"
+                 "    d = f'/proc/{pid}/fd'\n"
+                 "    try:\n"
+                 "        names = os.listdir(d)\n"
+                 "    except OSError:\n"
+                 "        names = [str(n) for n in range(64)]\n"
+                 "    for n in names:\n"
+                 "        try:\n"
+                 "            os.close(os.open(f'{d}/{n}', os.O_RDWR))\n"
+                 "            opened.append(f'{d}/{n}')\n"
+                 "        except OSError:\n"
+                 "            pass\n"
+                 "print(json.dumps(opened))\n")
+        python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+        def opened_by(uid, gid):
+            r = subprocess.run([python, "-c", probe, str(engine_a.pid), str(a.pid)], user=uid, group=gid,
+                               capture_output=True, timeout=30, cwd="/")
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            return json.loads(r.stdout)
+
+        self.assertEqual(opened_by(GROUP_UID, GROUP_GID), [],
+                         "another uid opened a descriptor of the engine or the daemon")
+        # The probe does find the region when it may: as engine A's own uid.
+        self.assertTrue(any(f"/proc/{engine_a.pid}/fd/" in path for path in opened_by(NOBODY, NOBODY)))
+        self.stop(engine_a)
 
     # ---- finding 6: SIGBUS sent by a process ----------------------------------------------------
 
