@@ -1,5 +1,8 @@
 #include "cli/status_view.h"
 
+#include <grp.h>
+#include <pwd.h>
+
 #include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <cmath>
@@ -103,11 +106,59 @@ std::vector<Row> ObjectRows(const json::object& status, const char* key, Row (*t
   return rows;
 }
 
+// A user or group id with its local name when this machine knows it:
+// "991 (kvpeer-publishers)".
+std::string IdWithName(uint64_t id, bool group) {
+  std::string text = std::to_string(id);
+  if (id > 0xFFFFFFFEu) return text;
+  std::vector<char> buffer(16384);
+  const char* name = nullptr;
+  struct passwd user {};
+  struct passwd* found_user = nullptr;
+  struct group entry {};
+  struct group* found_group = nullptr;
+  if (group) {
+    if (::getgrgid_r(static_cast<gid_t>(id), &entry, buffer.data(), buffer.size(), &found_group) == 0 &&
+        found_group != nullptr) {
+      name = found_group->gr_name;
+    }
+  } else if (::getpwuid_r(static_cast<uid_t>(id), &user, buffer.data(), buffer.size(), &found_user) == 0 &&
+             found_user != nullptr) {
+    name = found_user->pw_name;
+  }
+  if (name != nullptr) text += " (" + config::Printable(name) + ")";
+  return text;
+}
+
+// "uids 0 (root), 998 (kvpeer); gids 991 (kvpeer-publishers)" from
+// status.access.<side>; "-" when the daemon does not report it.
+std::string AccessText(const json::object& status, const char* side) {
+  const json::value* access = Field(status, "access");
+  if (access == nullptr || !access->is_object()) return "-";
+  const json::value* granted = Field(access->as_object(), side);
+  if (granted == nullptr || !granted->is_object()) return "-";
+  std::string text;
+  for (const char* kind : {"uids", "gids"}) {
+    const json::value* ids = Field(granted->as_object(), kind);
+    std::string list;
+    if (ids != nullptr && ids->is_array()) {
+      for (const json::value& id : ids->as_array()) {
+        std::optional<uint64_t> number = AsCount(&id);
+        list += (list.empty() ? "" : ", ") + (number ? IdWithName(*number, kind[0] == 'g') : Text(&id));
+      }
+    }
+    text += (text.empty() ? "" : "; ") + std::string(kind) + " " + (list.empty() ? "none" : list);
+  }
+  return text;
+}
+
 void PrintHeader(const json::object& status, std::ostream& out) {
   out << "node     " << Text(Field(status, "node_id")) << "\n"
       << "listen   " << Text(Field(status, "listen")) << "\n"
       << "version  " << Text(Field(status, "version")) << " (wire " << Text(Field(status, "wire_version")) << ")\n"
-      << "uptime   " << Duration(Field(status, "uptime_s")) << "\n";
+      << "uptime   " << Duration(Field(status, "uptime_s")) << "\n"
+      << "publish  " << AccessText(status, "publishers") << "\n"
+      << "operate  " << AccessText(status, "operators") << "\n";
 }
 
 void PrintEngines(const json::object& status, std::ostream& out) {

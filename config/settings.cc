@@ -253,6 +253,22 @@ Status ApplyAllowGid(const std::vector<std::string>& raw, Settings* s) {
   return ApplyIds(raw, true, &s->allow_gids);
 }
 
+Status ApplyPublisherUid(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyIds(raw, false, &s->publisher_uids);
+}
+
+Status ApplyPublisherGid(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyIds(raw, true, &s->publisher_gids);
+}
+
+Status ApplyOperatorUid(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyIds(raw, false, &s->operator_uids);
+}
+
+Status ApplyOperatorGid(const std::vector<std::string>& raw, Settings* s) {
+  return ApplyIds(raw, true, &s->operator_gids);
+}
+
 Status ApplySocketGroup(const std::vector<std::string>& raw, Settings* s) {
   uint32_t gid = 0;
   Status why = ApplyId(raw.front(), true, &gid);
@@ -456,8 +472,8 @@ std::vector<OptionSpec> BuildOptions() {
                      .effective = [](const Settings& s) { return IdsJson(s.allow_uids); }});
   options.push_back({.name = "allow-gid",
                      .value_name = "GID|GROUP",
-                     .help = "local groups (a client's primary group) allowed on the control socket; repeatable or "
-                             "comma-separated (default: as allow-uid)",
+                     .help = "local groups (a client's primary or supplementary group) allowed on the control socket; "
+                             "repeatable or comma-separated (default: as allow-uid)",
                      .repeatable = true,
                      .apply = ApplyAllowGid,
                      .effective = [](const Settings& s) { return IdsJson(s.allow_gids); }});
@@ -468,6 +484,36 @@ std::vector<OptionSpec> BuildOptions() {
                      .effective = [](const Settings& s) {
                        return s.socket_group ? json::value(*s.socket_group) : json::value(nullptr);
                      }});
+  // docs/security.md, "Who may publish and operate".
+  options.push_back({.name = "publisher-uid",
+                     .value_name = "UID|USER",
+                     .help = "local users whose engines may publish and store (supply) blocks and fix the node's "
+                             "model settings by the first hello, besides root and the daemon's own uid; "
+                             "repeatable or comma-separated (default: none)",
+                     .repeatable = true,
+                     .apply = ApplyPublisherUid,
+                     .effective = [](const Settings& s) { return IdsJson(s.publisher_uids); }});
+  options.push_back({.name = "publisher-gid",
+                     .value_name = "GID|GROUP",
+                     .help = "local groups (a client's primary or supplementary group) whose engines may publish "
+                             "and store; repeatable or comma-separated (default: none)",
+                     .repeatable = true,
+                     .apply = ApplyPublisherGid,
+                     .effective = [](const Settings& s) { return IdsJson(s.publisher_gids); }});
+  options.push_back({.name = "operator-uid",
+                     .value_name = "UID|USER",
+                     .help = "local users who may connect and disconnect peers, besides root and the daemon's own "
+                             "uid; repeatable or comma-separated (default: none)",
+                     .repeatable = true,
+                     .apply = ApplyOperatorUid,
+                     .effective = [](const Settings& s) { return IdsJson(s.operator_uids); }});
+  options.push_back({.name = "operator-gid",
+                     .value_name = "GID|GROUP",
+                     .help = "local groups (primary or supplementary) who may connect and disconnect peers; "
+                             "repeatable or comma-separated (default: none)",
+                     .repeatable = true,
+                     .apply = ApplyOperatorGid,
+                     .effective = [](const Settings& s) { return IdsJson(s.operator_gids); }});
   options.push_back({.name = "max-peers",
                      .value_name = "N",
                      .default_text = "64",

@@ -65,6 +65,16 @@ struct Settings {
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
   std::optional<uint32_t> socket_group;
+  // Who may do what over the socket (docs/security.md, "Who may publish and
+  // operate"): `publish`/`store` and fixing the node's model settings by
+  // the first `hello` (publishers), and `connect`/`disconnect`
+  // (operators). Root and the daemon's own uid always may; a caller counts
+  // as listed when its uid, or its primary or a supplementary group
+  // (SO_PEERCRED, SO_PEERGROUPS), is listed. Empty = nobody else.
+  std::vector<uint32_t> publisher_uids;
+  std::vector<uint32_t> publisher_gids;
+  std::vector<uint32_t> operator_uids;
+  std::vector<uint32_t> operator_gids;
   // Limits; hitting one is refused with an error naming it and counted as
   // limit_<name> in status.counters.
   uint64_t max_peers = kDefaultMaxPeers;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -18,6 +20,7 @@
 #include "daemon/control/control_server.h"
 #include "daemon/control/engine_registry.h"
 #include "daemon/metrics/metrics_http.h"
+#include "daemon/node/guarded_read.h"
 #include "daemon/node/node_model.h"
 #include "daemon/peer/peer_manager.h"
 #include "daemon/peer/peer_stream.h"
@@ -129,6 +132,9 @@ Daemon::Daemon(config::Settings settings, std::vector<std::string> argv)
 Daemon::~Daemon() = default;
 
 int Daemon::Run() {
+  // A truncated region read while hashing must not kill the daemon, and a
+  // SIGBUS sent with kill() is ignored from the start (guarded_read.h).
+  InstallSigbusGuard();
   parts_ = std::make_unique<Parts>(io_, settings_);
   if (!settings_.tls_cert.empty()) {
     auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca});
@@ -156,6 +162,9 @@ int Daemon::Run() {
   options.socket_group = settings_.socket_group;
   options.allow_uids = settings_.allow_uids;
   options.allow_gids = settings_.allow_gids;
+  options.access = AccessPolicy(static_cast<uint32_t>(::geteuid()),
+                                GrantedIds{settings_.publisher_uids, settings_.publisher_gids},
+                                GrantedIds{settings_.operator_uids, settings_.operator_gids});
   options.max_connections = settings_.max_control_connections;
   parts_->control = std::make_unique<ControlServer>(io_, std::move(options), parts_->engines);
   if (Status error = parts_->control->Start(); !error.ok()) {

@@ -5,7 +5,8 @@
 #   2. `systemd-analyze security --offline=yes`: exposure at most 2.0 each;
 #   3. the two units' settings are the same apart from Description, ExecStart
 #      and comments (one hardening, two units);
-#   4. the sysusers.d file creates the user and group the units run as.
+#   4. the sysusers.d file creates the user and groups the units run as
+#      (the supplementary ones with the user as a member).
 #
 #   scripts/systemd-check.sh [BUILD_DIR]
 #
@@ -105,6 +106,10 @@ for unit in "${units[@]}"; do
   group=$(sed -n 's/^Group=//p' "$root_dir/systemd/$unit")
   grep -q "^$user:" "$sysroot/etc/passwd" 2>/dev/null || fail "$unit: User=$user is not created by kvpeer.sysusers.conf"
   grep -q "^$group:" "$sysroot/etc/group" 2>/dev/null || fail "$unit: Group=$group is not created by kvpeer.sysusers.conf"
+  for extra in $(sed -n 's/^SupplementaryGroups=//p' "$root_dir/systemd/$unit"); do
+    grep -q "^$extra:.*\b$user\b" "$sysroot/etc/group" 2>/dev/null ||
+      fail "$unit: SupplementaryGroups=$extra is not created with member $user by kvpeer.sysusers.conf"
+  done
 done
 
 if [ "$failures" -ne 0 ]; then

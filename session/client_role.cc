@@ -360,7 +360,8 @@ size_t ClientRole::ProbesWith(const std::string& kv_request_id, const std::vecto
 }
 
 Status ClientRole::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                                 std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink) {
+                                 std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink,
+                                 std::optional<Duration> timeout) {
   if (Status s = impl_->CheckLoad(job_id, kv_request_id, keys, block_indexes, sink); !s.ok()) return s;
   LoadSlots slots(std::move(sink), block_indexes);
   if (auto dup = slots.duplicate()) {
@@ -373,7 +374,7 @@ Status ClientRole::RequestBlocks(JobId job_id, const std::string& kv_request_id,
   impl_->CloseRound(kv_request_id, st);
   st.loads.insert(round);
   Load& load = impl_->loads.try_emplace(round, job_id, kv_request_id, keys, std::move(slots)).first->second;
-  impl_->Schedule(round, load, impl_->clock() + impl_->config.load_timeout);
+  impl_->Schedule(round, load, impl_->clock() + timeout.value_or(impl_->config.load_timeout));
   impl_->jobs_owing.insert(job_id);
   impl_->Send(protocol::Fetch{kv_request_id, std::move(keys), std::move(block_indexes), round});
   return Status::Ok();

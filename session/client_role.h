@@ -83,9 +83,13 @@ class ClientRole {
   // Errors (kInvalid, nothing sent, no result owed): mismatched lengths, an
   // empty load, a destination index used twice, a job id already in flight,
   // or a key that is not a confirmed hit of the open round of a request that
-  // probed this peer.
+  // probed this peer. The load fails as timed out after `timeout`, by
+  // default the configured load_timeout: a load asked again after a
+  // superseded connection handed it back gets what is left of its first
+  // timeout (daemon/peer/peer_manager.cc, ResubmitLoad).
   Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                       std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink);
+                       std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink,
+                       std::optional<Duration> timeout = std::nullopt);
 
   // The engine is done with `kv_request_id`: in-flight loads are aborted and
   // fail, an open lookup round is closed with the terminal empty fetch.

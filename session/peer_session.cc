@@ -543,12 +543,13 @@ size_t PeerSession::FlushPendingLookups() {
 }
 
 Status PeerSession::RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                                  std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink) {
+                                  std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink,
+                                  std::optional<Duration> timeout) {
   // Refused like any other invalid call: the caller learns it now and no
   // result is owed for a job that never started.
   if (impl_->state == State::kClosed) return Status::Unavailable("session closed: " + impl_->close_reason);
   return impl_->client->RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_indexes),
-                                      std::move(sink));
+                                      std::move(sink), timeout);
 }
 
 void PeerSession::AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,

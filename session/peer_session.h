@@ -210,8 +210,10 @@ class PeerSession {
   // frames are queued; after close they fail at once.
   ProbeAnswer RegisterLookup(const std::string& kv_request_id, const protocol::Key& key);
   size_t FlushPendingLookups();
+  // `timeout`: ClientRole::RequestBlocks.
   Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                       std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink);
+                       std::vector<protocol::SlotIndex> block_indexes, SlotSinkRef sink,
+                       std::optional<Duration> timeout = std::nullopt);
   void AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
                  std::vector<PinRef> blocks);
   // Client and server roles both finish the request.

@@ -9,8 +9,8 @@ Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 Client::~Client() = default;
 
-Result<Client> Client::Connect(const std::string& socket_path) {
-  Result<std::unique_ptr<internal::LineSocket>> socket = internal::LineSocket::Connect(socket_path);
+Result<Client> Client::Connect(const std::string& socket_path, const ClientOptions& options) {
+  Result<std::unique_ptr<internal::LineSocket>> socket = internal::LineSocket::Connect(socket_path, options);
   if (!socket.ok()) return socket.error();
   return Client(std::move(socket).value());
 }
@@ -23,7 +23,7 @@ bool Client::open() const { return socket_ && socket_->open(); }
 
 Result<void> Client::Send(const Request& request) {
   if (!socket_) return Error{ErrorCode::kConnection, "this client was moved from"};
-  return socket_->SendLine(request.line, request.fd);
+  return socket_->SendLine(request.line, request.fd, request.wait_ms);
 }
 
 Result<std::string> Client::ReceiveLine() {

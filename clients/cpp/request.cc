@@ -74,7 +74,9 @@ Request Lookup(std::string_view peer, std::string_view kv_request_id, const std:
   r["keys"] = Strings(keys);
   if (options.flush) r["flush"] = true;
   if (options.wait_ms) r["wait_ms"] = *options.wait_ms;
-  return Line(r);
+  Request request = Line(r);
+  request.wait_ms = options.wait_ms.value_or(0);
+  return request;
 }
 
 Request Flush() { return Line(Op("flush")); }
@@ -110,7 +112,9 @@ Request Finish(std::string_view kv_request_id) {
 Request Poll(uint32_t wait_ms) {
   json::object r = Op("poll");
   if (wait_ms != 0) r["wait_ms"] = wait_ms;
-  return Line(r);
+  Request request = Line(r);
+  request.wait_ms = wait_ms;
+  return request;
 }
 
 Request Status() { return Line(Op("status")); }

@@ -30,6 +30,7 @@ std::string_view ErrorCodeName(ErrorCode code) {
   switch (code) {
     case ErrorCode::kConnection: return "connection";
     case ErrorCode::kBadAnswer: return "bad_answer";
+    case ErrorCode::kTimeout: return "timeout";
     default: return "unknown";
   }
 }

@@ -93,6 +93,15 @@ enum class WaitRule {
   kWithSeal,
 };
 
+// Who may make a request of an op besides root and the daemon's uid
+// (daemon/control/access_policy.h; docs/security.md, "Who may publish and
+// operate").
+enum class Privilege {
+  kNone,       // any socket user
+  kPublisher,  // publish, store (and fixing the model settings by hello)
+  kOperator,   // connect, disconnect: they change the node's peer sessions
+};
+
 struct ControlOp {
   std::string_view name;
   // Answered only after a hello on the same connection (bad_request before).
@@ -100,6 +109,7 @@ struct ControlOp {
   // Starts new work: answered shutting_down once the daemon drains.
   bool is_new_work;
   WaitRule waits;
+  Privilege privilege;
   ControlOpHandlers::OpAnswer (ControlOpHandlers::*handler)(OpCall& call);       // null when waits is kAlways
   ControlOpHandlers::OpWait (ControlOpHandlers::*wait_handler)(OpCall& call);  // null when waits is kNever
 };

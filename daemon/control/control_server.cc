@@ -145,8 +145,32 @@ bool ControlServer::Allowed(const PeerCredentials& credentials) const {
   auto listed = [](const std::vector<uint32_t>& ids, uint32_t id) {
     return std::find(ids.begin(), ids.end(), id) != ids.end();
   };
-  return listed(options_.allow_uids, credentials.uid) || listed(options_.allow_gids, credentials.gid);
+  if (listed(options_.allow_uids, credentials.uid) || listed(options_.allow_gids, credentials.gid)) return true;
+  return std::any_of(credentials.groups.begin(), credentials.groups.end(),
+                     [&](uint32_t group) { return listed(options_.allow_gids, group); });
 }
+
+namespace {
+
+// The supplementary groups the peer had when it connected (SO_PEERGROUPS,
+// Linux 4.13): the kernel's record, not anything the client says. Empty
+// when the kernel does not know the option; then only the primary gid
+// counts.
+std::vector<uint32_t> PeerGroups(int fd) {
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+      groups.resize(len / sizeof(gid_t));
+      return std::vector<uint32_t>(groups.begin(), groups.end());
+    }
+    if (errno != ERANGE) break;
+    groups.resize(len / sizeof(gid_t) + 1);  // len says how much is needed
+  }
+  return {};
+}
+
+}  // namespace
 
 void ControlServer::OnAccepted(Local::socket socket) {
   ucred peer{};
@@ -155,7 +179,7 @@ void ControlServer::OnAccepted(Local::socket socket) {
     spdlog::warn("control connection refused: cannot read its credentials: {}", Errno());
     return;
   }
-  const PeerCredentials credentials{peer.pid, peer.uid, peer.gid};
+  const PeerCredentials credentials{peer.pid, peer.uid, peer.gid, PeerGroups(socket.native_handle())};
   if (!Allowed(credentials)) {
     spdlog::warn("control connection from pid {} uid {} gid {} refused: not in the allowlist", peer.pid, peer.uid,
                  peer.gid);
@@ -263,6 +287,13 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
   const ControlOp* row = FindControlOp(op_name);
   Status status = row == nullptr ? UnknownOp(op_name)
                                  : CheckOpAllowed(*row, shutting_down_, connection.engine() != nullptr);
+  if (status.ok() && row->privilege != Privilege::kNone) {
+    status = options_.access.Check(connection.credentials(), row->privilege, "op '" + std::string(op_name) + "'");
+    if (!status.ok()) {
+      engines_.counters().Add(Counter::kControlRequestsRefusedPolicy);
+      spdlog::info("control connection from pid {}: {}", connection.credentials().pid, status.message());
+    }
+  }
   const bool may_wait = status.ok() && MayWait(*row, request);
   if (may_wait && (row->handler == nullptr || row->waits == WaitRule::kWithSeal)) {
     return AnswerWaiting(connection.shared_from_this(), std::move(parsed), std::move(line), row);
@@ -362,7 +393,14 @@ Status ControlServer::Hello(OpCall& call) {
                                    "'); one hello per engine session");
   }
   std::shared_ptr<EngineSession> session;
-  Status status = engines_.Hello(call.request, connection.credentials(), &session, call.response);
+  // Only a publisher (or an operator) may fix model settings the config
+  // left unset: otherwise any socket user's first hello could set, e.g.,
+  // block_len 1 and lock out the real engines (issue 25, finding 5).
+  const PeerCredentials& caller = connection.credentials();
+  const Status may_fix = options_.access.Holds(caller, Privilege::kOperator)
+                             ? Status::Ok()
+                             : options_.access.Check(caller, Privilege::kPublisher, "fixing them");
+  Status status = engines_.Hello(call.request, caller, &session, call.response, may_fix);
   if (status.ok()) connection.set_engine(std::move(session));
   return status;
 }
@@ -416,6 +454,7 @@ json::object ControlServer::StatusFields() const {
   status["wire_version"] = kWireVersion;
   status["uptime_s"] = std::chrono::duration_cast<std::chrono::seconds>(uptime).count();
   status["config"] = options_.config;
+  status["access"] = options_.access.ToJson();
   PeerService* peers = engines_.peer_service();
   status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
   status["peers"] = peers != nullptr ? PeersStatusJson(peers->PeerSnapshots()) : json::array();

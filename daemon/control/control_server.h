@@ -31,6 +31,7 @@
 #include <boost/json/value.hpp>
 
 #include "daemon/api/api_error.h"
+#include "daemon/control/access_policy.h"
 #include "daemon/control/control_connection.h"
 #include "daemon/api/control_ops.h"
 #include "daemon/control/engine_registry.h"
@@ -50,6 +51,9 @@ struct ControlServerOptions {
   // daemon's own uid is always allowed.
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
+  // Who may publish and store, and who may connect and disconnect peers
+  // (--publisher-*, --operator-*).
+  AccessPolicy access;
   // --max-control-connections: one beyond is answered one conflict line
   // and closed (docs/control-api.md section 4). 0 = no limit.
   size_t max_connections = 256;

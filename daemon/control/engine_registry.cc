@@ -19,7 +19,8 @@ EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel&
 EngineRegistry::~EngineRegistry() = default;
 
 Status EngineRegistry::Hello(const json::object& request, const PeerCredentials& credentials,
-                             std::shared_ptr<EngineSession>* session, json::object* response) {
+                             std::shared_ptr<EngineSession>* session, json::object* response,
+                             const Status& may_fix_model) {
   RequestReader reader(request);
   std::string client;
   ModelSettings settings;
@@ -32,7 +33,7 @@ Status EngineRegistry::Hello(const json::object& request, const PeerCredentials&
     return Status::Invalid("field 'block_len' must be an integer in 1 ..= " +
                                std::to_string(protocol::kMaxBlockLen) + ", is 0");
   }
-  if (Status incompatible = model_.CheckOrAdopt(settings); !incompatible.ok()) return incompatible;
+  if (Status incompatible = model_.CheckOrAdopt(settings, may_fix_model); !incompatible.ok()) return incompatible;
   if (max_engines_ != 0 && engines_.size() >= max_engines_) {
     // conflict: the request is valid but the node's state refuses it; it
     // succeeds once another engine session has ended.

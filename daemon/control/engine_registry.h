@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <unordered_map>
 #include <utility>
 
@@ -43,11 +44,14 @@ struct EngineLimits {
   uint64_t max_open_request_bytes = 0;  // --max-open-request-bytes: an engine's unfinished requests
 };
 
-// The peer credentials of a control connection (SO_PEERCRED).
+// The peer credentials of a control connection (SO_PEERCRED), and the
+// supplementary groups it had when it connected (SO_PEERGROUPS; empty when
+// the kernel cannot tell).
 struct PeerCredentials {
   int32_t pid = 0;
   uint32_t uid = 0;
   uint32_t gid = 0;
+  std::vector<uint32_t> groups;
 };
 
 class EngineRegistry : public ResultSink {
@@ -80,9 +84,12 @@ class EngineRegistry : public ResultSink {
 
   // The `hello` op: checks the engine's settings against the node's and
   // opens its session. On success *session is set and *response holds
-  // node_id, version and wire_version.
+  // node_id, version and wire_version. `may_fix_model` not ok: this caller
+  // may not fix model settings the node's config left unset
+  // (NodeModel::CheckOrAdopt).
   Status Hello(const boost::json::object& request, const PeerCredentials& credentials,
-               std::shared_ptr<EngineSession>* session, boost::json::object* response);
+               std::shared_ptr<EngineSession>* session, boost::json::object* response,
+               const Status& may_fix_model = Status::Ok());
 
   // ResultSink.
   void OnLoadResult(const session::JobResult& result) override;

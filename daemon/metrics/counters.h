@@ -25,6 +25,7 @@ enum class Counter : size_t {
   kRequestsFailed,
   kControlConnections,
   kControlConnectionsRefused,
+  kControlRequestsRefusedPolicy,
   kEnginesAdmitted,
   kLoadsSubmitted,
   kStoresSubmitted,
@@ -66,11 +67,12 @@ struct CounterSpec {
 };
 
 // In the order of Counter.
-inline constexpr std::array<CounterSpec, 36> kCounterSpecs = {{
+inline constexpr std::array<CounterSpec, 37> kCounterSpecs = {{
     {Counter::kRequests, "requests", ""},
     {Counter::kRequestsFailed, "requests_failed", ""},
     {Counter::kControlConnections, "control_connections", ""},
     {Counter::kControlConnectionsRefused, "control_connections_refused", ""},
+    {Counter::kControlRequestsRefusedPolicy, "control_requests_refused_policy", ""},
     {Counter::kEnginesAdmitted, "engines_admitted", ""},
     {Counter::kLoadsSubmitted, "loads_submitted", ""},
     {Counter::kStoresSubmitted, "stores_submitted", ""},

@@ -13,11 +13,35 @@ namespace {
 thread_local sigjmp_buf* t_recovery = nullptr;
 struct sigaction g_previous_handler;
 
-void OnSigbus(int, siginfo_t*, void*) {
+// A SIGBUS that some process sent (kill, sigqueue, tgkill: si_code <= 0,
+// SI_USER, SI_QUEUE, SI_TKILL, ...) is not a fault: nothing is to be
+// recovered and nothing runs again, so it is ignored, during a guarded read
+// too (the read goes on). Only a fault of the memory being read (si_code
+// > 0: BUS_ADRERR, BUS_OBJERR, ...) ends a guarded read. A fault outside a
+// guarded read is a real bug: the previous disposition gets it (by default
+// the process dies with SIGBUS as it would have without us). The handler
+// is never taken away otherwise: before (issue 25, finding 6), one `kill
+// -BUS` put the old disposition back for good, and the next truncated
+// region killed the daemon.
+void OnSigbus(int signal, siginfo_t* info, void* context) {
+  if (info != nullptr && info->si_code <= 0) return;
   if (t_recovery != nullptr) siglongjmp(*t_recovery, 1);
-  // Not a guarded read: put the old disposition back and return, so the
-  // faulting instruction runs again under it.
-  ::sigaction(SIGBUS, &g_previous_handler, nullptr);
+  if ((g_previous_handler.sa_flags & SA_SIGINFO) != 0 && g_previous_handler.sa_sigaction != nullptr) {
+    g_previous_handler.sa_sigaction(signal, info, context);
+    return;
+  }
+  if (g_previous_handler.sa_handler != SIG_DFL && g_previous_handler.sa_handler != SIG_IGN &&
+      g_previous_handler.sa_handler != nullptr) {
+    g_previous_handler.sa_handler(signal);
+    return;
+  }
+  // Default (or ignored, which for a fault would re-run the faulting
+  // instruction for ever): die of the signal. The faulting instruction runs
+  // again on return, now under the default disposition.
+  struct sigaction fatal {};
+  fatal.sa_handler = SIG_DFL;
+  sigemptyset(&fatal.sa_mask);
+  ::sigaction(SIGBUS, &fatal, nullptr);
 }
 
 void InstallHandlerOnce() {
@@ -56,6 +80,8 @@ struct OneShot {
 };
 
 }  // namespace
+
+void InstallSigbusGuard() { InstallHandlerOnce(); }
 
 std::optional<uint64_t> GuardedChecksum(std::span<const uint8_t> bytes) {
   OneShot job{bytes};

@@ -10,8 +10,10 @@
 // memory is gone (docs/security.md, "Control socket and engines").
 //
 // Thread-safety: a guard is per thread; the SIGBUS handler is installed once
-// per process. A SIGBUS outside a guarded read is left to the handler that
-// was there before (the process dies as it would have).
+// per process and stays. A SIGBUS sent by a process (kill, sigqueue: si_code
+// SI_USER, SI_QUEUE, ...) is ignored; only a memory fault counts. A fault
+// outside a guarded read is left to the handler that was there before (the
+// process dies as it would have).
 #pragma once
 
 #include <cstddef>
@@ -24,5 +26,9 @@ namespace kvpeer::daemon {
 // XXH3-64 (seed 0) of `bytes` (protocol::BlockChecksum), or nullopt when
 // the memory was gone while it was read.
 std::optional<uint64_t> GuardedChecksum(std::span<const uint8_t> bytes);
+
+// Installs the SIGBUS handler now (GuardedChecksum does on first use): the
+// daemon calls it at start, so a signal sent before the first read finds it.
+void InstallSigbusGuard();
 
 }  // namespace kvpeer::daemon

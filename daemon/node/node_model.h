@@ -32,7 +32,12 @@ class NodeModel {
   // Checks an engine's hello against the node's settings, adopting the ones
   // still unset. Returns kIncompatible naming the first differing field
   // (hash_seed values are never echoed).
-  Status CheckOrAdopt(const ModelSettings& engine);
+  //
+  // `may_adopt` not ok: the engine may only join settings that are fixed
+  // (the config's, or a first hello's from a caller allowed to fix them):
+  // a hello that would have to adopt one is kIncompatible naming the unset
+  // settings and `may_adopt`'s message (why this caller may not).
+  Status CheckOrAdopt(const ModelSettings& engine, const Status& may_adopt = Status::Ok());
 
  private:
   std::optional<uint64_t> block_len_;

@@ -487,22 +487,38 @@ void PeerManager::FinishResubmissions(const std::string& peer, const std::string
 }
 
 // A load is asked again at most kMaxResubmits times, and only within one
-// load timeout of its first hand-back: a peer that holds each fetch and then
-// closes cannot keep the engine's slots past about twice the load timeout.
+// load timeout of its start, with what is left of that timeout: a peer that
+// holds each fetch and then closes cannot keep the engine's slots past one
+// load timeout (ResubmitTimeout).
 void PeerManager::ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason) {
   const session::JobId job_id = load.job_id;
   const std::string kv_request_id = load.kv_request_id;
   const auto now = std::chrono::steady_clock::now();
   Resubmits& asked = resubmits_per_load_.try_emplace(job_id, Resubmits{0, now}).first->second;
   Status status = Status::Unavailable(reason + "; asked again " + std::to_string(asked.count) + " times");
-  if (asked.count < kMaxResubmits && now - asked.first < config_.load_timeout) {
+  const std::optional<session::Duration> left =
+      ResubmitTimeout(asked.count, kMaxResubmits, asked.started, now, config_.load_timeout);
+  if (left) {
     ++asked.count;
-    status = Load(job_id, peer, kv_request_id, std::move(load.keys), std::move(load.block_indexes),
-                  std::move(load.sink));
+    status = LoadWithin(job_id, peer, kv_request_id, std::move(load.keys), std::move(load.block_indexes),
+                        std::move(load.sink), left);
     if (status.ok()) return;
+  } else if (asked.count < kMaxResubmits) {
+    status = Status::Unavailable(reason + "; not asked again: the load timeout (" +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                    config_.load_timeout).count()) +
+                                 " s) since the load's start has passed");
   }
   const auto failure = shutting_down_ ? session::JobFailure::kShutdown : session::JobFailure::kSessionClosed;
   ReportLoadResult(peer, session::JobResult{job_id, kv_request_id, false, status.message(), failure});
+}
+
+std::optional<session::Duration> ResubmitTimeout(unsigned asked, unsigned max_asks, session::TimePoint started,
+                                                 session::TimePoint now, session::Duration load_timeout) {
+  if (asked >= max_asks) return std::nullopt;
+  const session::TimePoint deadline = started + load_timeout;
+  if (now >= deadline) return std::nullopt;
+  return deadline - now;
 }
 
 // The server role's round bounds (wire-protocol.md section 6): timeouts are
@@ -595,6 +611,12 @@ size_t PeerManager::FlushLookups() {
 Status PeerManager::Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
                             std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
                             session::SlotSinkRef sink) {
+  return LoadWithin(job_id, peer, kv_request_id, std::move(keys), std::move(slots), std::move(sink), std::nullopt);
+}
+
+Status PeerManager::LoadWithin(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+                               std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
+                               session::SlotSinkRef sink, std::optional<session::Duration> timeout) {
   Status error;
   PeerConnection* connection = SessionFor(peer, &error);
   if (connection == nullptr) {
@@ -606,8 +628,13 @@ Status PeerManager::Load(session::JobId job_id, const std::string& peer, const s
   const uint64_t load_bytes = keys.size() * model_.settings().block_len;
   // The start is noted before the after-step, which may already report the load's result.
   Status status = connection->WithSession([&](session::PeerSession& session) {
-    Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(slots), sink);
-    if (requested.ok()) metrics_.RecordLoadStart(job_id, load_bytes);
+    Status requested =
+        session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(slots), sink, timeout);
+    if (requested.ok()) {
+      metrics_.RecordLoadStart(job_id, load_bytes);
+      // The load's start, kept when it is asked again (ResubmitLoad).
+      resubmits_per_load_.try_emplace(job_id, Resubmits{0, std::chrono::steady_clock::now()});
+    }
     return requested;
   });
   // Any failure but the caller's own request means the peer cannot serve it.

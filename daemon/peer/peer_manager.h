@@ -90,6 +90,15 @@ struct PeerManagerConfig {
   std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
+// How long a load handed back by a superseded connection may still take if
+// it is asked again: what is left of one load timeout counted from the
+// load's start (not from its first hand-back, issue 25 finding 6, which let
+// a peer that held each fetch and then closed keep the engine waiting about
+// three load timeouts), or nullopt when it must fail now (asked
+// `max_asks` times already, or no time left).
+std::optional<session::Duration> ResubmitTimeout(unsigned asked, unsigned max_asks, session::TimePoint started,
+                                                 session::TimePoint now, session::Duration load_timeout);
+
 class PeerManager : public PeerService, private ConnectionListener {
  public:
   PeerManager(boost::asio::io_context& io, PeerManagerConfig config, NodeModel& model, session::PublishedBlocks& index,
@@ -129,6 +138,10 @@ class PeerManager : public PeerService, private ConnectionListener {
   Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
               std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
               session::SlotSinkRef sink) override;
+  // Load with the time it may still take (a load asked again, ResubmitLoad).
+  Status LoadWithin(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+                    std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
+                    session::SlotSinkRef sink, std::optional<session::Duration> timeout);
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
   void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
@@ -259,7 +272,7 @@ class PeerManager : public PeerService, private ConnectionListener {
   std::vector<Resubmission> resubmissions_;
   struct Resubmits {
     unsigned count = 0;
-    std::chrono::steady_clock::time_point first;  // the load's first hand-back
+    std::chrono::steady_clock::time_point started;  // when the engine's load was first requested
   };
   std::unordered_map<session::JobId, Resubmits> resubmits_per_load_;
   boost::asio::steady_timer supply_timer_;

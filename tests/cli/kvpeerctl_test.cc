@@ -152,6 +152,7 @@ class FakeDaemon {
 
 const char* kStatusReply = R"({"id":1,"ok":true,"node_id":"node-a:5710","listen":"0.0.0.0:5710","version":"0.1.0",)"
                            R"("wire_version":"1.1","uptime_s":3725,"config":{"listen":"0.0.0.0:5710"},)"
+                           R"("access":{"publishers":{"uids":[0,4294967294],"gids":[0]},"operators":{"uids":[0],"gids":[]}},)"
                            R"("peers":[{"peer_id":"node-b:5710","state":"ready","since":"2024-05-01T10:00:00Z",)"
                            R"("rtt_us":120,"bytes_sent":1536,"bytes_received":3221225472,"loads_in_flight":2,)"
                            R"("rounds_serving":1,"last_error":null},{"peer_id":"node-c:5710","state":"backoff",)"
@@ -210,6 +211,9 @@ TEST_CASE("status: human-readable view of the answer") {
   CHECK(Contains(run.out, "listen   0.0.0.0:5710\n"));
   CHECK(Contains(run.out, "version  0.1.0 (wire 1.1)\n"));
   CHECK(Contains(run.out, "uptime   1h 02m 05s\n"));
+  // Who may publish and operate (status.access), with the names this machine knows.
+  CHECK(Contains(run.out, "publish  uids 0 (root), 4294967294; gids 0 (root)\n"));
+  CHECK(Contains(run.out, "operate  uids 0 (root); gids none\n"));
   CHECK(Contains(run.out, "PEER"));
   CHECK(Contains(run.out, "node-b:5710"));
   CHECK(Contains(run.out, "1.5 KiB"));

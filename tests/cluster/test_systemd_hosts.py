@@ -5,12 +5,16 @@ DEB`) installed with `apt-get install ./kvpeer_*.deb`, and `kvpeerd@test`
 enabled with its config. Checks what docs/deployment.md and the unit claim:
 
   * systemd starts the daemon (Type=notify: active, STATUS text, watchdog
-    armed), as the user kvpeer, /run/kvpeer 0750 and the socket 0660 kvpeer;
-  * an engine running as an ordinary user in the group kvpeer reaches the
-    socket, with its region in /dev/shm by path (group kvpeer, 0660) on one
-    host and passed as a descriptor on the other; loads both ways are
-    byte-verified; a region file the group cannot read, and one in /tmp
-    (PrivateTmp), are refused;
+    armed), as the user kvpeer, /run/kvpeer 0755 and the socket 0660
+    kvpeer-users;
+  * the group split (deployment.md, "Groups"): an engine running as an
+    ordinary user in kvpeer-users and kvpeer-publishers reaches the socket
+    and publishes, its region passed as a descriptor; loads both ways are
+    byte-verified; that user cannot read the daemon's config or PSK (group
+    kvpeer) and its `kvpeerctl disconnect` is refused naming operator-uid,
+    while its `kvpeerctl status` shows who may publish and operate; a user
+    in kvpeer-users only loads but cannot publish; a region file only its
+    owner can open, and one in /tmp (PrivateTmp), are refused by path;
   * `systemctl reload` (ExecReload=: SIGHUP to the main process) re-reads
     the config, and the daemon keeps running (same MainPID);
   * the watchdog restarts a daemon whose loop is stopped (SIGSTOP);
@@ -20,6 +24,7 @@ enabled with its config. Checks what docs/deployment.md and the unit claim:
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -143,6 +148,7 @@ class ServiceHostsTest(ClusterTestCase):
             cls.skip = reason
             return
         cls.skip = None
+        cls.psk = secrets.token_hex(32)  # the same key on both hosts
         p = subprocess.run([os.path.join(HERE, "make_root.sh"), CACHE], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"make_root.sh failed: {p.stderr[-3000:]}")
@@ -172,20 +178,34 @@ class ServiceHostsTest(ClusterTestCase):
         c = Container(host, self.root, [(self.deb_dir, "/mnt/deb"), (REPO, "/mnt/src")], self.cl.workdir)
         self.cl.closers.append(c.stop)
         c.sh(f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q /mnt/deb/{self.deb}")
-        c.sh("getent group kvpeer && getent passwd kvpeer")
+        c.sh("getent group kvpeer && getent passwd kvpeer && getent group kvpeer-users && "
+             "getent group kvpeer-publishers")
         conf = "\n".join([f'listen = "{host.node_id}"', f'node-id = "{host.node_id}"', f"block-len = {BLOCK}",
                           'config-fingerprint = "kvpeer-sim-model"', 'hash-seed = "kvpeer-sim-seed"',
+                          'publisher-gid = ["kvpeer-publishers"]', 'psk-file = "/etc/kvpeer/psk"',
                           'log-level = "info"', ""])
         c.sh("install -d -m 0750 -g kvpeer /etc/kvpeer")
+        subprocess.run(c.enter() + ["sh", "-c", "install -m 0600 -o kvpeer -g kvpeer /dev/null /etc/kvpeer/psk "
+                                    "&& cat > /etc/kvpeer/psk"], input=self.psk + "\n", text=True, check=True)
         subprocess.run(c.enter() + ["sh", "-c", "cat > /etc/kvpeer/test.toml && chgrp kvpeer /etc/kvpeer/test.toml "
                                     "&& chmod 0640 /etc/kvpeer/test.toml"], input=conf, text=True, check=True)
         c.sh("kvpeerd --config /etc/kvpeer/test.toml --check-config")
-        c.sh("systemctl enable --now kvpeerd@test")
-        c.sh("useradd -m -G kvpeer engine")
+        r = c.sh("systemctl enable --now kvpeerd@test", check=False)
+        if r.returncode != 0:
+            journal = c.sh("journalctl -u kvpeerd@test --no-pager -o cat", check=False).stdout
+            raise RuntimeError(f"kvpeerd@test did not start: {r.stderr}\n{journal[-3000:]}")
+        c.sh("useradd -m -G kvpeer-users,kvpeer-publishers engine")
+        c.sh("useradd -m -G kvpeer-users loader")
         return c
 
-    def agent(self, c, name, region, num_blocks, extra=()):
-        prefix = c.enter() + ["setpriv", "--reuid=engine", "--regid=engine", "--init-groups",
+    @staticmethod
+    def as_user(c, user, script):
+        """`script` run in container `c` as `user` with that user's groups."""
+        return subprocess.run(c.enter() + ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
+                                           "sh", "-c", script], capture_output=True, text=True)
+
+    def agent(self, c, name, region, num_blocks, extra=(), user="engine"):
+        prefix = c.enter() + ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
                               "env", "PYTHONDONTWRITEBYTECODE=1"]
         a = C.Agent(prefix, "/run/kvpeer/test.sock", BLOCK, num_blocks, name, region=region, extra=extra,
                     python="python3", agent_path="/mnt/src/tests/cluster/agent.py")
@@ -215,13 +235,12 @@ class ServiceHostsTest(ClusterTestCase):
             more = c.show("kvpeerd@test", "WatchdogUSec", "User", "Type", "NRestarts")
             self.assertEqual((more["Type"], more["User"], more["WatchdogUSec"]), ("notify", "kvpeer", "30s"), more)
             st = c.sh("stat -c '%a %U %G' /run/kvpeer /run/kvpeer/test.sock").stdout.split("\n")
-            self.assertEqual(st[0], "750 kvpeer kvpeer")
-            self.assertEqual(st[1], "660 kvpeer kvpeer")
+            self.assertEqual(st[0], "755 kvpeer kvpeer")
+            self.assertEqual(st[1], "660 kvpeer kvpeer-users")
             self.assertEqual(c.sh(f"ps -o user= -p {props['MainPID']}").stdout.strip(), "kvpeer")
 
-        # Engines as an ordinary user in the group kvpeer: region by path in /dev/shm on h0, by fd on h1.
-        e0 = self.agent(c0, "e0-path", "shm", 64, extra=["--shm-group", "kvpeer"])
-        self.assertTrue(e0.hello["region"].startswith("/dev/shm/"), e0.hello)
+        # Engines as an ordinary user in kvpeer-users and kvpeer-publishers, regions by descriptor.
+        e0 = self.agent(c0, "e0-fd", "memfd", 64)
         self.assertNotEqual(e0.hello["uid"], 0)
         e1 = self.agent(c1, "e1-fd", "memfd", 64)
         e0.call(op="publish", prefix="p0", count=32, slot0=32)
@@ -231,13 +250,35 @@ class ServiceHostsTest(ClusterTestCase):
         rep = e0.call(op="fetch", peer=h1.node_id, prefix="p1", count=32, slot0=0)
         self.assertEqual((rep["hits"], rep["jobs_failed"], rep["bad_blocks"]), (32, 0, 0), rep)
 
-        # A region the group cannot open (mkstemp's 0600), and one in /tmp (the service's /tmp is
+        # The group split: the engine user reads nothing of the daemon's, may not operate, may read
+        # status; a user in kvpeer-users only may load but not publish.
+        for path in ("/etc/kvpeer/test.toml", "/etc/kvpeer/psk"):
+            r = self.as_user(c0, "engine", f"cat {path}")
+            self.assertNotEqual(r.returncode, 0, f"the engine user read {path}")
+            self.assertIn("Permission denied", r.stderr)
+        r = self.as_user(c0, "engine", f"kvpeerctl --socket /run/kvpeer/test.sock disconnect {h1.node_id}")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("operator-uid and operator-gid", r.stderr)
+        r = self.as_user(c0, "engine", "kvpeerctl --socket /run/kvpeer/test.sock status")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("publish  uids 0 (root)", r.stdout)
+        self.assertIn("(kvpeer-publishers)", r.stdout)
+        self.assertIn(h1.node_id, c0.sh("kvpeerctl --socket /run/kvpeer/test.sock peers").stdout)
+        loader = self.agent(c0, "loader", "memfd", 16, user="loader")
+        with self.assertRaises(RuntimeError) as cm:
+            loader.call(op="publish", prefix="loader", count=4, slot0=0)
+        self.assertIn("publisher-uid and publisher-gid", str(cm.exception))
+        rep = loader.call(op="fetch", peer=h1.node_id, prefix="p1", count=8, slot0=0)
+        self.assertEqual((rep["hits"], rep["jobs_failed"], rep["bad_blocks"]), (8, 0, 0), rep)
+        loader.close()
+
+        # A region only its owner can open (mkstemp's 0600), and one in /tmp (the service's /tmp is
         # private), are refused by path.
         with self.assertRaises(RuntimeError) as cm:
             self.agent(c0, "e0-private", "shm", 4)
         sys.stderr.write(f"0600 region: {cm.exception}\n")
         with self.assertRaises(RuntimeError) as cm:
-            self.agent(c0, "e0-tmp", "shm", 4, extra=["--shm-dir", "/tmp", "--shm-group", "kvpeer"])
+            self.agent(c0, "e0-tmp", "shm", 4, extra=["--shm-dir", "/tmp", "--shm-group", "kvpeer-users"])
         sys.stderr.write(f"/tmp region: {cm.exception}\n")
 
         # Reload: ExecReload= sends SIGHUP to the main process; the file is read again.

@@ -112,6 +112,29 @@ TEST_CASE("the config file sets access and limits; a flag replaces the file's li
   CHECK(MustParse({"--config", file, "--allow-uid", "3"}).allow_uids == std::vector<uint32_t>{3});
 }
 
+TEST_CASE("publisher and operator ids: empty by default, numbers and names, flags and TOML lists") {
+  Settings defaults = MustParse({});
+  CHECK(defaults.publisher_uids.empty());
+  CHECK(defaults.publisher_gids.empty());
+  CHECK(defaults.operator_uids.empty());
+  CHECK(defaults.operator_gids.empty());
+  CHECK(boost::json::serialize(EffectiveConfigJson(defaults).at("publisher-gid")) == "[]");
+  Settings s = MustParse({"--publisher-uid", "1000,root", "--publisher-gid", "47", "--operator-uid", "7",
+                          "--operator-gid", "root", "--operator-gid", "8"});
+  CHECK(s.publisher_uids == std::vector<uint32_t>{1000, 0});
+  CHECK(s.publisher_gids == std::vector<uint32_t>{47});
+  CHECK(s.operator_uids == std::vector<uint32_t>{7});
+  CHECK(s.operator_gids == std::vector<uint32_t>{0, 8});
+  TempDir dir;
+  std::string file = dir.Write("p.toml", "publisher-gid = [\"root\", 12]\noperator-uid = [3]\n");
+  Settings from_file = MustParse({"--config", file});
+  CHECK(from_file.publisher_gids == std::vector<uint32_t>{0, 12});
+  CHECK(from_file.operator_uids == std::vector<uint32_t>{3});
+  CHECK(Contains(MustFail({"--publisher-gid", "no-such-group-kvpeer"}),
+                 "publisher-gid: 'no-such-group-kvpeer' is neither a number nor a known group name"));
+  CHECK(Contains(MustFail({"--operator-uid", "4294967295"}), "operator-uid: 4294967295 is out of range"));
+}
+
 TEST_CASE("tls-cert, tls-key and tls-ca go together") {
   TempDir dir;
   const std::string cert = dir.Write("node.crt", "cert", 0644);

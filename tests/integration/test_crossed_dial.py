@@ -20,6 +20,8 @@ connection"). The raw peer P always takes the smaller node_id, so the daemon's o
                   most 4 times and then fails, with exactly one result; D stops dialling.
   unauthenticated a "duplicate" before the handshake completed hands nothing back: the load
                   fails at once, as for any peer that cannot be reached.
+  late            a fetch held for most of the load timeout, then handed back: the load asked
+                  again gets only what is left of its timeout (issue 25, finding 6).
 """
 
 import os
@@ -179,6 +181,32 @@ class CrossedDialTest(DaemonTestCase):
             self.listener.accept(timeout=1.5)
         self.e.poll_once(wait_ms=300)
         self.assert_quiet()
+
+    def test_a_load_handed_back_late_still_ends_within_one_load_timeout_of_its_start(self):
+        """Issue 25, finding 6: P holds the fetch for most of the load timeout, then closes as
+        "duplicate"; D asks again and P holds that fetch too. The load fails at one load timeout
+        from its start (3 s), not one load timeout after the hand-back (5.2 s before the fix: the
+        bound counted from the first hand-back and the load asked again got a fresh timeout)."""
+        self.v = self.start_daemon("bound-node", BLOCK_LEN, extra=["--load-timeout-s", "3"])
+        self.e = self.engine(self.v, NUM_BLOCKS, BLOCK_LEN, name="bound-consumer")
+        self.listener = self.smaller_listener()
+        started = time.monotonic()
+        job, _, _ = self.start_load("bound-1")
+        first = self.accept()
+        first.handshake()
+        first.recv_until("fetch")
+        time.sleep(max(0.0, 2.2 - (time.monotonic() - started)))
+        first.send({"type": "disconnect", "reason": "duplicate"})
+        first.close()
+        again = self.accept()  # held open, its fetch never answered
+        again.handshake()
+        again.recv_until("fetch")
+        result = self.e.wait_jobs([job], timeout=20)[job]
+        elapsed = time.monotonic() - started
+        self.assertFalse(result["success"], dump(result))
+        self.assertIn("timed out", result["reason"])
+        self.assertLess(elapsed, 4.2, f"the load ended {elapsed:.1f} s after its start; its timeout is 3 s")
+        self.assertGreater(elapsed, 2.5)
 
     def test_a_peer_closing_every_lookup_as_idle_gets_no_dial_the_engine_did_not_ask_for(self):
         """P answers each lookup by closing the connection as idle. The unanswered probes are not

@@ -111,6 +111,13 @@ TEST_CASE("shutdown refuses exactly the ops that start new work") {
   CHECK(NewWorkOpsOfDoc(Section(ReadDoc(), "Shutdown")) == new_work);
 }
 
+TEST_CASE("publishing and operating are the privileged ops (docs/security.md, \"Who may publish and operate\")") {
+  const Names publisher = {"publish", "store"};
+  const Names operator_ops = {"connect", "disconnect"};
+  CHECK(TableOpsWhere([](const ControlOp& op) { return op.privilege == Privilege::kPublisher; }) == publisher);
+  CHECK(TableOpsWhere([](const ControlOp& op) { return op.privilege == Privilege::kOperator; }) == operator_ops);
+}
+
 // The fuzz target takes its ops from the table, but libFuzzer's dictionary
 // is a plain file: each op should be a token so that mutations reach it.
 TEST_CASE("the control fuzz dictionary has every op as a token") {

@@ -2,6 +2,9 @@
 // file shrunk under the mapping makes a hash of its pages fail, not the
 // daemon die of SIGBUS.
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <catch2/catch.hpp>
 #include <string>
@@ -44,6 +47,26 @@ TEST_CASE("a guarded checksum of pages whose file was truncated is nullopt, and 
   CHECK(GuardedChecksum(mapped.bytes().first(kPage)).has_value());  // page 0 is still there
   // Again, so the handler is shown to stay in place after a recovery.
   CHECK_FALSE(GuardedChecksum(mapped.bytes().subspan(2 * kPage)).has_value());
+}
+
+TEST_CASE("a SIGBUS sent with kill() or sigqueue() is ignored and leaves the guard in place") {
+  // Issue 25, finding 6: one stray SIGBUS outside a guarded read used to
+  // put the previous (default) disposition back, so the next truncated
+  // region killed the process.
+  MappedFile mapped(4);
+  InstallSigbusGuard();
+  REQUIRE(::kill(::getpid(), SIGBUS) == 0);  // SI_USER: would kill the test without the guard
+  REQUIRE(::sigqueue(::getpid(), SIGBUS, sigval{}) == 0);  // SI_QUEUE
+  REQUIRE(::raise(SIGBUS) == 0);  // SI_TKILL
+  CHECK(GuardedChecksum(mapped.bytes()).has_value());
+  mapped.file.Truncate(kPage);
+  // The guard still turns a real fault into nullopt, again and again.
+  CHECK_FALSE(GuardedChecksum(mapped.bytes()).has_value());
+  REQUIRE(::kill(::getpid(), SIGBUS) == 0);
+  CHECK_FALSE(GuardedChecksum(mapped.bytes().subspan(kPage)).has_value());
+  struct sigaction now {};
+  REQUIRE(::sigaction(SIGBUS, nullptr, &now) == 0);
+  CHECK((now.sa_flags & SA_SIGINFO) != 0);  // still our handler, not SIG_DFL
 }
 
 }  // namespace

@@ -10,7 +10,10 @@
 //   auto probes = kv.Lookup(peer, request_id, keys, {.wait_ms = 1000});
 //
 // Calls block until their answer has arrived (lookup and poll with wait_ms
-// wait up to that long). For many requests at once, pipeline: Send several
+// wait up to that long), but never longer than the client's deadlines
+// (ClientOptions): a daemon that stops answering costs the caller a
+// kTimeout, and an answer line longer than the API's 16 MiB is kBadAnswer,
+// not unbounded memory; both close the client. For many requests at once, pipeline: Send several
 // request:: lines, then Receive their answers in order and decode them with
 // answer:: (answers come in request order, control-api.md section 1). Keep
 // the unanswered requests within the socket buffers' worth (a few hundred
@@ -23,6 +26,8 @@
 // Thread-safety: none; one Client per thread, or a lock around it.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,9 +45,23 @@ namespace internal {
 class LineSocket;
 }
 
+// Deadlines and bounds of one Client (issue 25, finding 6: a silent daemon
+// blocked the client for ever, and a line without a newline grew without
+// bound).
+struct ClientOptions {
+  // Connecting, including a daemon whose accept queue is full.
+  std::chrono::milliseconds connect_timeout{5000};
+  // Sending a request, and waiting for its answer beyond the wait the
+  // request asks for (`wait_ms` of poll and lookup). The daemon answers a
+  // `connect` op within its handshake timeout (10 s by default).
+  std::chrono::milliseconds request_timeout{30000};
+  // The longest answer line accepted (control-api.md section 1: 16 MiB).
+  size_t max_line_bytes = size_t{16} * 1024 * 1024;
+};
+
 class Client {
  public:
-  static Result<Client> Connect(const std::string& socket_path);
+  static Result<Client> Connect(const std::string& socket_path, const ClientOptions& options = {});
   Client(Client&&) noexcept;
   Client& operator=(Client&&) noexcept;
   ~Client();

@@ -16,6 +16,9 @@ namespace kvpeer {
 struct Request {
   std::string line;  // one JSON object, without the newline
   int fd = -1;       // a descriptor sent with the line (SCM_RIGHTS); not owned
+  // How long the daemon may hold the answer on purpose (`wait_ms` of poll
+  // and lookup): added to the client's request timeout for this answer.
+  uint32_t wait_ms = 0;
 };
 
 namespace request {

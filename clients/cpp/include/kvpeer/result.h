@@ -36,8 +36,13 @@ enum class ErrorCode {
   // The client's own: the socket could not be reached, or broke.
   kConnection,
   // The daemon's answer was not what the API promises (not JSON, a field
-  // missing or of the wrong type).
+  // missing or of the wrong type, a line longer than 16 MiB; the last
+  // closes the client).
   kBadAnswer,
+  // The client's own: no connection, or no answer (or the request could
+  // not be sent), within the client's deadline (ClientOptions). The client
+  // is closed: a late answer would be taken for the next request's.
+  kTimeout,
 };
 
 // The wire name of a code ("bad_request"); "unknown" for kUnknownCode and
