@@ -54,7 +54,8 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       config_(std::move(config)),
       model_(model),
       index_(index),
-      results_(results),
+      sink_(results),
+      results_([this] { ScheduleDrain(); }),
       epoch_(RandomEpoch()),
       acceptor_(io),
       resolver_(io.get_executor()),
@@ -411,6 +412,14 @@ void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSessio
   }
 }
 
+void PeerManager::ScheduleDrain() {
+  asio::post(io_, [this, alive = std::weak_ptr<char>(alive_)] {
+    if (!alive.expired()) DrainResults();
+  });
+}
+
+void PeerManager::DrainResults() { results_.Drain(sink_); }
+
 void PeerManager::ReportLoadResult(const std::string& peer, const session::JobResult& result) {
   directory_.OnLoadEnded(result.job_id);
   metrics_.RecordLoadResult(directory_.Counters(peer), peer, result);
@@ -500,6 +509,7 @@ void PeerManager::Shutdown(const std::string& reason) {
     results_.OnStoreResult(failed);
   }
   ResubmitQueued();  // handed-back loads fail now (shutting down), not after the loop stops
+  DrainResults();    // and every result reaches its engine before the loop stops
 }
 
 // ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@
 #include "daemon/peer/peer_directory.h"
 #include "daemon/peer/peer_metrics.h"
 #include "daemon/peer/peer_resolver.h"
+#include "daemon/peer/result_outbox.h"
 #include "daemon/node/peer_service.h"
 #include "daemon/node/peer_snapshot.h"
 #include "protocol/features.h"
@@ -205,6 +206,10 @@ class PeerManager : public PeerService, private ConnectionListener {
   // `socket` as plain TCP or wrapped for TLS (config_.tls).
   PeerStream MakeStream(boost::asio::ip::tcp::socket socket) const;
   void DeliverResults(PeerConnection& connection, session::PeerSession& session);
+  // Hands results_ to the engine side (posted by results_'s wake, and at
+  // shutdown).
+  void DrainResults();
+  void ScheduleDrain();
   void BindSupply(session::PeerSession& session, const std::string& kv_request_id);
   // The session no longer serves the request: its binding goes.
   void UnbindEndedSupply(PeerConnection& connection, const std::string& kv_request_id);
@@ -216,7 +221,14 @@ class PeerManager : public PeerService, private ConnectionListener {
   PeerManagerConfig config_;
   NodeModel& model_;
   session::PublishedBlocks& index_;
-  ResultSink& results_;
+  // The engine side (EngineRegistry); reached only by draining results_.
+  ResultSink& sink_;
+  // Everything owed to the engine side waits here until DrainResults, one
+  // posted drain per loop turn: no result reaches an engine while its op
+  // is still inside this manager (result_outbox.h).
+  ResultOutbox results_;
+  // Expires with the manager: a drain posted before its end does nothing.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
   std::string epoch_;
   boost::asio::ip::tcp::acceptor acceptor_;
   // Looks up dialled peers' hosts, off the event loop and apart from each

@@ -70,7 +70,7 @@ Status PeerManager::SubmitLoad(session::JobId job_id, const std::string& peer, c
     return error;
   }
   const uint64_t load_bytes = keys.size() * model_.settings().block_len;
-  // The start is noted before the after-step, which may already report the load's result.
+  // The start is noted before the after-step, which may already decide the load's result.
   Status status = connection->WithSession([&](session::PeerSession& session) {
     Status requested = session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(slots), sink);
     if (requested.ok()) {
