@@ -90,28 +90,32 @@ std::string PeerManager::listen_address() const {
   return FormatHostPort({endpoint.address().to_string(), endpoint.port()});
 }
 
-session::SessionConfig PeerManager::MakeSessionConfig() const {
+session::SessionConfig PeerSessionConfig(const PeerManagerConfig& config, const ModelSettings& model,
+                                         const std::string& epoch) {
   session::SessionConfig session;
-  ModelSettings model = model_.settings();
-  session.local_id = config_.node_id;
+  session.local_id = config.node_id;
   session.block_len = model.block_len;
   session.config_fingerprint = model.config_fingerprint;
   session.hash_seed = model.hash_seed;
-  session.epoch = epoch_;
-  session.psk = config_.psk;
-  session.handshake_timeout = config_.handshake_timeout;
-  session.idle_timeout = config_.idle_timeout;
-  session.client.load_timeout = config_.load_timeout;
-  session.client.abort_ack_timeout = config_.abort_ack_timeout;
+  session.epoch = epoch;
+  session.psk = config.psk;
+  session.handshake_timeout = config.handshake_timeout;
+  session.idle_timeout = config.idle_timeout;
+  session.client.load_timeout = config.load_timeout;
+  session.client.abort_ack_timeout = config.abort_ack_timeout;
   session.server.block_len = model.block_len;
-  session.server.max_rounds = config_.max_rounds_per_peer;
-  session.server.round_timeout = config_.round_timeout;
-  session.server.unsupplied_timeout = config_.unbound_timeout;
-  session.server.store_timeout = config_.unbound_timeout;
-  session.server.max_round_key_bytes = config_.max_round_key_bytes;
-  session.features = config_.features;
+  session.server.max_rounds = config.max_rounds_per_peer;
+  session.server.round_timeout = config.round_timeout;
+  session.server.unsupplied_timeout = config.unbound_timeout;
+  session.server.store_timeout = config.unbound_timeout;
+  session.server.max_round_key_bytes = config.max_round_key_bytes;
+  session.features = config.features;
   session.random_token = CsprngToken;
   return session;
+}
+
+session::SessionConfig PeerManager::MakeSessionConfig() const {
+  return PeerSessionConfig(config_, model_.settings(), epoch_);
 }
 
 // ---------------------------------------------------------------------------

@@ -92,6 +92,12 @@ struct PeerManagerConfig {
   std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
+// What every peer session this node opens is made with: the node's
+// settings and model, and this process's epoch. Pure, so that each setting
+// carried into the sessions can be checked without a connection.
+session::SessionConfig PeerSessionConfig(const PeerManagerConfig& config, const ModelSettings& model,
+                                         const std::string& epoch);
+
 class PeerManager : public PeerService, private ConnectionListener {
  public:
   PeerManager(boost::asio::io_context& io, PeerManagerConfig config, NodeModel& model, session::PublishedBlocks& index,

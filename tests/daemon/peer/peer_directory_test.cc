@@ -1,6 +1,9 @@
 // PeerDirectory: the peer side's decisions, driven by plain calls with a
 // fake clock (no sockets). The cases named "pins <commit>" replay a fix made
 // on main to PeerManager's hand-back logic; each fails without that fix.
+// 977a57d's one-line PeerManager change (the idle timeout carried into every
+// session) is pinned in peer_session_config_test.cc; the case here pins what
+// that merge made of an idle close on the directory's side.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -256,9 +259,10 @@ TEST_CASE("peer directory: finishing a request fails its queued loads and drops 
 
 TEST_CASE("peer directory: work crossing the peer's idle close is asked again over a fresh dial (pins 977a57d)",
           "[peer][directory][handback]") {
-  // 977a57d: after the peer's "idle" a ready connection's crossed work was
-  // failed; now it is handed back, the entry is closed (not backing off),
-  // and the resubmission dials again at once.
+  // 977a57d: the peer's "idle" after authentication hands back the work
+  // that crossed it, asked again over a fresh dial: the entry is closed
+  // (an idle close is no failed dial, so no backoff delays the redial), the
+  // load is within its budget, and the next route is a new dial.
   DirectoryFixture f;
   ConnectionId ready = f.DialReady("node-a:5710");
   f.directory.OnLoadStarted(3);
