@@ -331,8 +331,8 @@ Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<sess
   if (Status busy = CheckKvFree(args.peer, args.kv_request_id); !busy.ok()) return busy;
   if (Status full = CheckRequestRoom(args.kv_request_id, &args.peer); !full.ok()) return full;
 
-  // Claimed before the call: the peer side may report the request failed
-  // from inside it.
+  // Claimed before the call, undone if it fails: a failure the peer side
+  // reports later (through its outbox, after this op) finds the claim.
   const bool claimed = Claim(args.peer, args.kv_request_id);
   answers->clear();  // a re-probe replaces the answers of the last pass
   if (Status failed = peers->Lookup(args.peer, args.kv_request_id, args.keys, flush, answers); !failed.ok()) {
@@ -425,8 +425,9 @@ Status EngineSession::Load(const json::object& request, json::object*) {
   if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
   if (Status full = CheckRequestRoom(kv_request_id, &peer); !full.ok()) return full;
 
-  // Recorded before the call: the peer side may deliver the result (e.g. a
-  // peer in backoff fails the load at once) from inside it.
+  // The route exists before the call and goes if it fails (no result is
+  // owed then). The result itself never arrives during the call: the peer
+  // side queues results and drains them after this op (result_outbox.h).
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddLoad(job_id, node_job, kv_request_id, slots);
   const bool claimed = Claim(peer, kv_request_id);

@@ -2,9 +2,20 @@
 // control server) and the peer side (TCP connections, PeerSessions).
 //
 // PeerService is what engines' requests need from peers; ResultSink is how
-// the peer side hands results back. Job ids crossing this seam are
-// node-wide ids allocated by the control side (engines' own job ids may
-// collide across engines); the control side maps them back.
+// the peer side hands results back. The peer side never calls a ResultSink
+// from inside a PeerService call: its results wait in an outbox drained on
+// a later turn of the event loop (daemon/peer/result_outbox.h).
+//
+// A load's ids, from engine to wire (the one place the mapping is written):
+// 1. the engine's job_id, unique per engine only (EngineSession's jobs);
+// 2. the node job id (session::JobId), which EngineRegistry::AddRoute
+//    allocates and maps back to (engine, job_id) when the result comes. It
+//    is the only id that crosses this seam: the peer side, its directory's
+//    resubmission budgets and the session's client role all use it, and a
+//    load asked again over another connection keeps it;
+// 3. on the wire a fetch names its round (round_seq, per session), which
+//    the client role maps to the node job id; a resubmitted load gets a
+//    new round on the new connection.
 //
 // Thread-safety: both live on the daemon's one event loop.
 #pragma once

@@ -36,20 +36,10 @@ using session::PeerDisconnectReason::kTooManyPeers;
 
 std::string FixedReason(session::PeerDisconnectReason reason) { return session::DisconnectReasonText(reason); }
 
-constexpr auto kInitialBackoff = std::chrono::milliseconds(100);
-constexpr auto kMaxBackoff = std::chrono::seconds(5);
 // Out of descriptors or memory: how long the accept loop waits before it
 // tries again, and how often it says so at most.
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 constexpr auto kAcceptLogInterval = std::chrono::seconds(1);
-// The reaper looks at most this long after an entry became reapable.
-constexpr auto kMaxReapTick = std::chrono::seconds(1);
-// How often one load handed back by superseded sessions is asked again: a
-// crossed first dial needs one or two (docs/wire-protocol.md, section 9,
-// "(f) Work on a superseded connection"); more means the peer keeps
-// superseding its own connections, and the load fails.
-constexpr unsigned kMaxResubmits = 4;
-
 bool IsResourceExhaustion(const boost::system::error_code& ec) {
   return ec == boost::asio::error::no_descriptors || ec == boost::asio::error::no_buffer_space ||
          ec == boost::asio::error::no_memory ||
@@ -64,10 +54,13 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
       config_(std::move(config)),
       model_(model),
       index_(index),
-      results_(results),
+      sink_(results),
+      results_([this] { ScheduleDrain(); }),
       epoch_(RandomEpoch()),
       acceptor_(io),
       resolver_(io.get_executor()),
+      directory_(PeerDirectoryConfig{config_.node_id, config_.max_peers, config_.reap_after, config_.load_timeout},
+                 [] { return std::chrono::steady_clock::now(); }),
       reap_timer_(io),
       supply_timer_(io) {}
 
@@ -97,28 +90,32 @@ std::string PeerManager::listen_address() const {
   return FormatHostPort({endpoint.address().to_string(), endpoint.port()});
 }
 
-session::SessionConfig PeerManager::MakeSessionConfig() const {
+session::SessionConfig PeerSessionConfig(const PeerManagerConfig& config, const ModelSettings& model,
+                                         const std::string& epoch) {
   session::SessionConfig session;
-  ModelSettings model = model_.settings();
-  session.local_id = config_.node_id;
+  session.local_id = config.node_id;
   session.block_len = model.block_len;
   session.config_fingerprint = model.config_fingerprint;
   session.hash_seed = model.hash_seed;
-  session.epoch = epoch_;
-  session.psk = config_.psk;
-  session.handshake_timeout = config_.handshake_timeout;
-  session.idle_timeout = config_.idle_timeout;
-  session.client.load_timeout = config_.load_timeout;
-  session.client.abort_ack_timeout = config_.abort_ack_timeout;
+  session.epoch = epoch;
+  session.psk = config.psk;
+  session.handshake_timeout = config.handshake_timeout;
+  session.idle_timeout = config.idle_timeout;
+  session.client.load_timeout = config.load_timeout;
+  session.client.abort_ack_timeout = config.abort_ack_timeout;
   session.server.block_len = model.block_len;
-  session.server.max_rounds = config_.max_rounds_per_peer;
-  session.server.round_timeout = config_.round_timeout;
-  session.server.unsupplied_timeout = config_.unbound_timeout;
-  session.server.store_timeout = config_.unbound_timeout;
-  session.server.max_round_key_bytes = config_.max_round_key_bytes;
-  session.features = config_.features;
+  session.server.max_rounds = config.max_rounds_per_peer;
+  session.server.round_timeout = config.round_timeout;
+  session.server.unsupplied_timeout = config.unbound_timeout;
+  session.server.store_timeout = config.unbound_timeout;
+  session.server.max_round_key_bytes = config.max_round_key_bytes;
+  session.features = config.features;
   session.random_token = CsprngToken;
   return session;
+}
+
+session::SessionConfig PeerManager::MakeSessionConfig() const {
+  return PeerSessionConfig(config_, model_.settings(), epoch_);
 }
 
 // ---------------------------------------------------------------------------
@@ -189,9 +186,8 @@ bool PeerManager::ForgetHandshaking(const std::shared_ptr<PeerConnection>& conne
 
 size_t PeerManager::Handshaking() const {
   size_t dialling = 0;
-  for (const auto& [peer, entry] : peers_) {
-    const auto& connection = entry.connection;
-    dialling += connection && !connection->closed() && !connection->session().ready() ? 1 : 0;
+  for (const auto& [id, connection] : connections_) {
+    dialling += !connection->closed() && !connection->session().ready() ? 1 : 0;
   }
   return handshaking_.size() + dialling;
 }
@@ -233,6 +229,11 @@ void PeerManager::OnAccepted(tcp::socket socket) {
   connection->StartAccepted();
 }
 
+PeerConnection* PeerManager::Current(const std::string& peer) const {
+  auto it = connections_.find(directory_.Connection(peer));
+  return it == connections_.end() ? nullptr : it->second.get();
+}
+
 PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) {
   if (!model_.configured()) {
     *error = Status::Unavailable("node not configured: no block_len/config_fingerprint/hash_seed yet");
@@ -246,38 +247,33 @@ PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) 
     *error = Status::Invalid("peer '" + peer + "' is not HOST:PORT");
     return nullptr;
   }
-  const bool known = peers_.contains(peer);
-  Peer& entry = peers_[peer];
-  if (entry.connection && !entry.connection->closed()) return entry.connection.get();
-  if (entry.state == PeerState::kBackoff && std::chrono::steady_clock::now() < entry.backoff_until) {
-    *error = Status::Unavailable("peer " + peer + " is unreachable (" +
-                                     entry.last_error.value_or("unknown error") +
-                                     "); retrying after backoff");
-    return nullptr;
+  PeerRoute route = directory_.Acquire(peer);
+  switch (route.kind) {
+    case PeerRoute::Kind::kUse:
+      return Current(peer);
+    case PeerRoute::Kind::kBackoff:
+      *error = Status::Unavailable(route.why);
+      return nullptr;
+    case PeerRoute::Kind::kAtPeerLimit:
+      limits_.Hit(counters_, Counter::kLimitMaxPeers, route.why);
+      *error = Status::Unavailable(route.why);
+      return nullptr;
+    case PeerRoute::Kind::kDial:
+      Dial(peer, route.connection);
+      return Current(peer);
   }
-  if (AtPeerLimit()) {
-    const std::string why = "max-peers (" + std::to_string(config_.max_peers) +
-                            ") reached: not dialling peer " + peer + " while " +
-                            std::to_string(LivePeerCount()) + " peer sessions are open";
-    if (!known) peers_.erase(peer);  // a peer never dialled is not listed
-    limits_.Hit(counters_, Counter::kLimitMaxPeers, why);
-    *error = Status::Unavailable(why);
-    return nullptr;
-  }
-  Dial(peer, entry);
-  return entry.connection.get();
+  return nullptr;
 }
 
-void PeerManager::Dial(const std::string& peer, Peer& entry) {
+void PeerManager::Dial(const std::string& peer, ConnectionId id) {
   const std::optional<HostPort> address = SplitHostPort(peer);  // SessionFor checked it
   ConnectionListener& listener = *this;
-  entry.connection =
+  auto connection =
       std::make_shared<PeerConnection>(MakeStream(tcp::socket(io_)), MakeSessionConfig(), index_, peer, listener);
-  ApplyConnectionLimits(*entry.connection);
-  SetState(entry, PeerState::kConnecting);
-  ++entry.counters.dials;
+  connections_[id] = connection;
+  ApplyConnectionLimits(*connection);
   spdlog::info("peer {}: dialling", peer);
-  entry.connection->StartDial(address->host, std::to_string(address->port), resolver_);
+  connection->StartDial(address->host, std::to_string(address->port), resolver_);
 }
 
 PeerStream PeerManager::MakeStream(tcp::socket socket) const {
@@ -289,12 +285,6 @@ void PeerManager::ApplyConnectionLimits(PeerConnection& connection) const {
   connection.set_max_queued_bytes(config_.max_queued_bytes);
 }
 
-size_t PeerManager::LivePeerCount() const {
-  size_t live = 0;
-  for (const auto& [peer, entry] : peers_) live += entry.connection && !entry.connection->closed() ? 1 : 0;
-  return live;
-}
-
 void PeerManager::OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
                              const std::string& detail) {
   const Counter counter = LimitCounter(limit);
@@ -303,12 +293,6 @@ void PeerManager::OnLimitHit(PeerConnection& connection, std::string_view limit,
   limits_.Hit(counters_, counter,
               "peer " + (peer.empty() ? std::string("(unidentified)") : peer) + " (" + connection.remote_address() +
                   "): " + std::string(limit) + ": " + detail);
-}
-
-void PeerManager::SetState(Peer& entry, PeerState state) {
-  if (entry.state == state) return;
-  entry.state = state;
-  entry.since = std::chrono::system_clock::now();
 }
 
 // ---------------------------------------------------------------------------
@@ -325,81 +309,87 @@ void PeerManager::OnSessionActivity(PeerConnection& connection, session::PeerSes
     AdoptInbound(connection);
   }
   DeliverResults(connection, session);
-  auto it = peers_.find(connection.session().peer_id());
-  if (it == peers_.end() || it->second.connection.get() != &connection) return;
-  Peer& entry = it->second;
-  if (connection.session().ready() && entry.state != PeerState::kReady) {
-    SetState(entry, PeerState::kReady);
-    entry.backoff = std::chrono::milliseconds(0);
-    entry.last_error.reset();
-    ++entry.counters.sessions_ready;
-    spdlog::info("peer {} ({}): ready ({} connection)", it->first, connection.remote_address(),
+  const std::string peer = connection.session().peer_id();
+  const ConnectionId id = directory_.Connection(peer);
+  if (Current(peer) != &connection) return;
+  if (connection.session().ready()) {
+    auto waiters = directory_.OnReady(peer, id);
+    if (!waiters) return;
+    spdlog::info("peer {} ({}): ready ({} connection)", peer, connection.remote_address(),
                  connection.dialled() ? "dialled" : "accepted");
-    for (auto& done : std::exchange(entry.connect_waiters, {})) done(Status::Ok());
-  } else if (entry.state == PeerState::kConnecting && connection.session().state() ==
-                                                          session::PeerSession::State::kHandshaking &&
+    for (auto& done : *waiters) done(Status::Ok());
+  } else if (connection.session().state() == session::PeerSession::State::kHandshaking &&
              connection.bytes_received() > 0) {
-    SetState(entry, PeerState::kHandshaking);
+    directory_.OnHandshaking(peer, id);
   }
 }
+
+namespace {
+
+session::ConnectionFacts FactsOf(const PeerConnection& connection) {
+  const auto& connect = connection.session().peer_connect();
+  return session::ConnectionFacts{connection.session().ready(), connection.dialled(),
+                                  connect ? connect->epoch : std::string()};
+}
+
+}  // namespace
 
 void PeerManager::AdoptInbound(PeerConnection& connection) {
   auto self = connection.shared_from_this();
-  const std::string& peer = connection.session().peer_id();
-  auto known = peers_.find(peer);
-  const bool live = known != peers_.end() && known->second.connection && !known->second.connection->closed();
-  if (!live && AtPeerLimit()) {
-    limits_.Hit(counters_, Counter::kLimitMaxPeers,
-                "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
-                    std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
-    connection.Close(session::CloseCause::kTooManyPeers, FixedReason(kTooManyPeers));
-    return;
+  const std::string peer = connection.session().peer_id();
+  std::optional<session::ConnectionFacts> existing;
+  const ConnectionId previous = directory_.Connection(peer);
+  if (const PeerConnection* current = Current(peer); current != nullptr && !current->closed()) {
+    existing = FactsOf(*current);
   }
-  Peer& entry = peers_[peer];
-  if (entry.connection && !entry.connection->closed()) {
-    session::ConnectionFacts existing{entry.connection->session().ready(), entry.connection->dialled(),
-                                      entry.connection->session().peer_connect()
-                                          ? entry.connection->session().peer_connect()->epoch
-                                          : std::string()};
-    session::ConnectionFacts incoming{true, false, connection.session().peer_connect()->epoch};
-    switch (session::ArbitrateConnections(config_.node_id, peer, existing, incoming)) {
-      case session::Arbitration::kCloseNewDuplicate:
-        connection.Close(session::CloseCause::kDuplicate, FixedReason(kDuplicate));
-        return;
-      case session::Arbitration::kCloseOldDuplicate:
-        Supersede(peer, entry, self, session::CloseCause::kDuplicate, kDuplicate);
-        return;
-      case session::Arbitration::kReplaceOld:
+  const Adoption adoption = directory_.Adopt(peer, existing, FactsOf(connection));
+  switch (adoption.kind) {
+    case Adoption::Kind::kTooManyPeers:
+      limits_.Hit(counters_, Counter::kLimitMaxPeers,
+                  "refused peer " + peer + " (" + connection.remote_address() + "): max-peers (" +
+                      std::to_string(config_.max_peers) + ") reached; sent disconnect 'too many peers'");
+      connection.Close(session::CloseCause::kTooManyPeers, FixedReason(kTooManyPeers));
+      return;
+    case Adoption::Kind::kCloseNew:
+      connection.Close(session::CloseCause::kDuplicate, FixedReason(kDuplicate));
+      return;
+    case Adoption::Kind::kSupersede:
+      if (adoption.cause == session::CloseCause::kPeerRestarted) {
         spdlog::info("peer {}: restarted (new epoch); closing the old session", peer);
-        Supersede(peer, entry, self, session::CloseCause::kPeerRestarted, kPeerRestarted);
-        return;
-      case session::Arbitration::kKeepBoth:
-        break;
-    }
+      }
+      connections_[adoption.connection] = self;
+      Supersede(peer, adoption.old, adoption.cause, adoption.reason);
+      return;
+    case Adoption::Kind::kAdopt:
+      // The state becomes ready (and waiters are answered) in OnSessionActivity.
+      connections_.erase(previous);
+      connections_[adoption.connection] = self;
+      return;
   }
-  // The state becomes ready (and waiters are answered) in OnSessionActivity.
-  entry.connection = self;
 }
 
-void PeerManager::Supersede(const std::string& peer, Peer& entry, std::shared_ptr<PeerConnection> replacement,
-                            session::CloseCause cause, session::PeerDisconnectReason reason) {
-  std::shared_ptr<PeerConnection> old = std::exchange(entry.connection, std::move(replacement));
-  DropSupplyBindings(peer);
+// The replacement is already the peer's connection when the old one
+// closes: what the old one hands back (its unserved work, its waiters) then
+// finds the replacement.
+void PeerManager::Supersede(const std::string& peer, ConnectionId old_id, session::CloseCause cause,
+                            session::PeerDisconnectReason reason) {
+  auto it = connections_.find(old_id);
+  if (it == connections_.end()) return;
+  std::shared_ptr<PeerConnection> old = std::move(it->second);
+  connections_.erase(it);
   old->Close(cause, FixedReason(reason));
-  AccountEnded(entry, *old);  // after the close: its disconnect counts too
+  AccountEnded(peer, *old);  // after the close: its disconnect counts too
   // Lookups waiting on the old session ask again (the replacement has their
   // probes) unless its requests failed with it (a restart).
   results_.OnProbesChanged(peer, !old->session().hands_back_work());
 }
 
-void PeerManager::AccountEnded(Peer& entry, const PeerConnection& connection) {
-  entry.counters.bytes_sent += connection.bytes_sent();
-  entry.counters.bytes_received += connection.bytes_received();
-  entry.counters.stats += connection.stats();
-}
-
-void PeerManager::DropSupplyBindings(const std::string& peer) {
-  std::erase_if(supply_bindings_, [&](const auto& binding) { return binding.second == peer; });
+void PeerManager::AccountEnded(const std::string& peer, const PeerConnection& connection) {
+  PeerCounters* counters = directory_.Counters(peer);
+  if (counters == nullptr) return;
+  counters->bytes_sent += connection.bytes_sent();
+  counters->bytes_received += connection.bytes_received();
+  counters->stats += connection.stats();
 }
 
 void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSession& session) {
@@ -417,108 +407,27 @@ void PeerManager::DeliverResults(PeerConnection& connection, session::PeerSessio
   }
   for (const auto& kv : results.ended_fetch_ids) UnbindEndedSupply(connection, kv);
   CountRoundEvents(connection, results.round_events);
-  if (!results.unserved.empty()) {
-    // Only a duplicate this node settled names the connection that carries
-    // the work on (the replacement); after the peer's "duplicate" or
-    // "idle" the probes are left to their engines, which ask again anyway.
-    const bool replaced_here = session.close_cause() == session::CloseCause::kDuplicate;
-    if (!replaced_here) results.unserved.probes.clear();
-    if (!results.unserved.empty()) QueueResubmission(peer, std::move(results.unserved), session.close_reason());
-  }
-}
-
-void PeerManager::ReportLoadResult(const std::string& peer, const session::JobResult& result) {
-  resubmits_per_load_.erase(result.job_id);
-  auto it = peers_.find(peer);
-  metrics_.RecordLoadResult(it == peers_.end() ? nullptr : &it->second.counters, peer, result);
-  results_.OnLoadResult(result);
-}
-
-// ---------------------------------------------------------------------------
-// Work handed back by a superseded session (docs/wire-protocol.md, section 9,
-// "(f) Work on a superseded connection")
-
-void PeerManager::QueueResubmission(const std::string& peer, session::UnservedWork work, const std::string& reason) {
   // Posted: the close that handed the work back may be inside another
   // connection's step (AdoptInbound), and by the time the post runs the
   // replacement is the peer's connection.
-  if (resubmissions_.empty()) asio::post(io_, [this] { ResubmitQueued(); });
-  resubmissions_.push_back(Resubmission{peer, std::move(work), reason});
-}
-
-void PeerManager::ResubmitQueued() {
-  for (Resubmission& queued : std::exchange(resubmissions_, {})) {
-    spdlog::info("peer {}: asking again for {} loads and the probes of {} requests that a superseded connection "
-                 "handed back ({})",
-                 queued.peer, queued.work.loads.size(), queued.work.probes.size(), queued.reason);
-    for (session::UnservedLoad& load : queued.work.loads) ResubmitLoad(queued.peer, std::move(load), queued.reason);
-    // Probes go to the replacement this node chose (DeliverResults), never
-    // to a new dial: a peer that keeps closing its connections as idle or
-    // duplicate then makes no dial the engines did not ask for.
-    for (const session::UnservedProbes& probes : queued.work.probes) {
-      std::vector<session::ProbeAnswer> answers;
-      if (!Lookup(queued.peer, probes.kv_request_id, probes.keys, /*flush=*/true, &answers).ok()) {
-        results_.OnRequestFailed(queued.peer, probes.kv_request_id);
-      }
-    }
-    if (!queued.work.probes.empty()) results_.OnProbesChanged(queued.peer, false);
+  if (!results.unserved.empty() &&
+      directory_.HandBack(peer, std::move(results.unserved), session.close_cause(), session.close_reason())) {
+    asio::post(io_, [this] { ResubmitQueued(); });
   }
 }
 
-// The request finished while handed-back work of it waited for
-// ResubmitQueued: its loads fail now, as loads in flight do on finish
-// (wire-protocol.md 7.5), so that nothing is written into their slots
-// after it; its probes are dropped.
-void PeerManager::FinishResubmissions(const std::string& peer, const std::string& kv_request_id) {
-  std::vector<session::JobId> finished;
-  for (Resubmission& queued : resubmissions_) {
-    if (queued.peer != peer) continue;
-    std::erase_if(queued.work.probes, [&](const auto& probes) { return probes.kv_request_id == kv_request_id; });
-    std::erase_if(queued.work.loads, [&](const session::UnservedLoad& load) {
-      if (load.kv_request_id != kv_request_id) return false;
-      finished.push_back(load.job_id);
-      return true;
-    });
-  }
-  for (session::JobId job_id : finished) {
-    ReportLoadResult(peer, session::JobResult{job_id, kv_request_id, false, "request finished",
-                                              session::JobFailure::kRequestFinished});
-  }
+void PeerManager::ScheduleDrain() {
+  asio::post(io_, [this, alive = std::weak_ptr<char>(alive_)] {
+    if (!alive.expired()) DrainResults();
+  });
 }
 
-// A load is asked again at most kMaxResubmits times, and only within one
-// load timeout of its start, with what is left of that timeout: a peer that
-// holds each fetch and then closes cannot keep the engine's slots past one
-// load timeout (ResubmitTimeout).
-void PeerManager::ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason) {
-  const session::JobId job_id = load.job_id;
-  const std::string kv_request_id = load.kv_request_id;
-  const auto now = std::chrono::steady_clock::now();
-  Resubmits& asked = resubmits_per_load_.try_emplace(job_id, Resubmits{0, now}).first->second;
-  Status status = Status::Unavailable(reason + "; asked again " + std::to_string(asked.count) + " times");
-  const std::optional<session::Duration> left =
-      ResubmitTimeout(asked.count, kMaxResubmits, asked.started, now, config_.load_timeout);
-  if (left) {
-    ++asked.count;
-    status = LoadWithin(job_id, peer, kv_request_id, std::move(load.keys), std::move(load.block_indexes),
-                        std::move(load.sink), left);
-    if (status.ok()) return;
-  } else if (asked.count < kMaxResubmits) {
-    status = Status::Unavailable(reason + "; not asked again: the load timeout (" +
-                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                    config_.load_timeout).count()) +
-                                 " s) since the load's start has passed");
-  }
-  const auto failure = shutting_down_ ? session::JobFailure::kShutdown : session::JobFailure::kSessionClosed;
-  ReportLoadResult(peer, session::JobResult{job_id, kv_request_id, false, status.message(), failure});
-}
+void PeerManager::DrainResults() { results_.Drain(sink_); }
 
-std::optional<session::Duration> ResubmitTimeout(unsigned asked, unsigned max_asks, session::TimePoint started,
-                                                 session::TimePoint now, session::Duration load_timeout) {
-  if (asked >= max_asks) return std::nullopt;
-  const session::TimePoint deadline = started + load_timeout;
-  if (now >= deadline) return std::nullopt;
-  return deadline - now;
+void PeerManager::ReportLoadResult(const std::string& peer, const session::JobResult& result) {
+  directory_.OnLoadEnded(result.job_id);
+  metrics_.RecordLoadResult(directory_.Counters(peer), peer, result);
+  results_.OnLoadResult(result);
 }
 
 // The server role's round bounds (wire-protocol.md section 6): timeouts are
@@ -543,179 +452,18 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
   metrics_.RecordClose(connection);
   metrics_.CountAuthFailure(connection);
   if (never_adopted) return;  // it never had a peer entry
-  auto it = peers_.find(connection.session().peer_id());
-  if (it == peers_.end() || it->second.connection != self) return;
-  Peer& entry = it->second;
-  AccountEnded(entry, connection);
-  entry.last_error = connection.session().close_reason();
-  bool never_ready = entry.state == PeerState::kConnecting || entry.state == PeerState::kHandshaking;
-  entry.connection.reset();
-  entry.idle_since = std::chrono::steady_clock::now();
-  DropSupplyBindings(it->first);
-  if (never_ready && !shutting_down_) {
-    entry.backoff = entry.backoff.count() == 0 ? session::Duration(kInitialBackoff)
-                                               : std::min<session::Duration>(entry.backoff * 2, kMaxBackoff);
-    entry.backoff_until = std::chrono::steady_clock::now() + entry.backoff;
-    SetState(entry, PeerState::kBackoff);
-  } else {
-    SetState(entry, PeerState::kClosed);
+  const std::string peer = connection.session().peer_id();
+  const ConnectionId id = directory_.Connection(peer);
+  auto it = connections_.find(id);
+  if (it == connections_.end() || it->second != self) return;
+  AccountEnded(peer, connection);
+  connections_.erase(it);
+  const std::string error = connection.session().close_reason();
+  auto waiters = directory_.OnClosed(peer, id, error);
+  for (auto& done : waiters.value_or(std::vector<ConnectWaiter>{})) {
+    done(Status::Unavailable("peer " + peer + ": " + error));
   }
-  for (auto& done : std::exchange(entry.connect_waiters, {})) {
-    done(Status::Unavailable("peer " + it->first + ": " + *entry.last_error));
-  }
-  results_.OnProbesChanged(it->first, true);
-}
-
-// ---------------------------------------------------------------------------
-// Engine work
-
-Status PeerManager::Lookup(const std::string& peer, const std::string& kv_request_id,
-                              const std::vector<protocol::Key>& keys, bool flush,
-                              std::vector<session::ProbeAnswer>* answers) {
-  answers->clear();
-  Status error;
-  PeerConnection* connection = SessionFor(peer, &error);
-  if (connection == nullptr) {
-    if (!error.ok() && error.code() != Status::Code::kUnavailable) return error;
-    // Wire spec section 1: while the peer backs off, probes answer miss at once.
-    answers->assign(keys.size(), session::ProbeAnswer::kMiss);
-    return Status::Ok();
-  }
-  if (config_.max_pending_lookups != 0) {
-    const size_t probes = connection->session().ProbesWith(kv_request_id, keys);
-    if (probes > config_.max_pending_lookups) {
-      const std::string why = "max-pending-lookups (" + std::to_string(config_.max_pending_lookups) +
-                              ") reached: kv_request_id '" + kv_request_id + "' would hold " +
-                              std::to_string(probes) + " distinct probes on peer " + peer +
-                              "; load or finish the request first, or raise --max-pending-lookups";
-      limits_.Hit(counters_, Counter::kLimitMaxPendingLookups, why);
-      return Status::Invalid(why);
-    }
-  }
-  connection->WithSession([&](session::PeerSession& session) {
-    for (const auto& key : keys) answers->push_back(session.RegisterLookup(kv_request_id, key));
-    if (flush) session.FlushPendingLookups();
-  });
-  return Status::Ok();
-}
-
-size_t PeerManager::FlushLookups() {
-  size_t sent = 0;
-  for (auto& [peer, entry] : peers_) {
-    if (!entry.connection || entry.connection->closed()) continue;
-    sent += entry.connection->WithSession([](session::PeerSession& session) { return session.FlushPendingLookups(); });
-  }
-  return sent;
-}
-
-Status PeerManager::Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                            std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
-                            session::SlotSinkRef sink) {
-  return LoadWithin(job_id, peer, kv_request_id, std::move(keys), std::move(slots), std::move(sink), std::nullopt);
-}
-
-Status PeerManager::LoadWithin(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                               std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
-                               session::SlotSinkRef sink, std::optional<session::Duration> timeout) {
-  Status error;
-  PeerConnection* connection = SessionFor(peer, &error);
-  if (connection == nullptr) {
-    if (!error.ok() && error.code() == Status::Code::kUnavailable) {
-      if (auto it = peers_.find(peer); it != peers_.end()) ++it->second.counters.loads_rejected;
-    }
-    return error;
-  }
-  const uint64_t load_bytes = keys.size() * model_.settings().block_len;
-  // The start is noted before the after-step, which may already report the load's result.
-  Status status = connection->WithSession([&](session::PeerSession& session) {
-    Status requested =
-        session.RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(slots), sink, timeout);
-    if (requested.ok()) {
-      metrics_.RecordLoadStart(job_id, load_bytes);
-      // The load's start, kept when it is asked again (ResubmitLoad).
-      resubmits_per_load_.try_emplace(job_id, Resubmits{0, std::chrono::steady_clock::now()});
-    }
-    return requested;
-  });
-  // Any failure but the caller's own request means the peer cannot serve it.
-  if (!status.ok() && status.code() != Status::Code::kInvalid) return Status::Unavailable(status.message());
-  return status;
-}
-
-void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-                        std::vector<session::PinRef> blocks) {
-  auto binding = supply_bindings_.find(kv_request_id);
-  if (binding != supply_bindings_.end()) {
-    auto peer = peers_.find(binding->second);
-    if (peer != peers_.end() && peer->second.connection && !peer->second.connection->closed()) {
-      peer->second.connection->WithSession([&](session::PeerSession& session) {
-        session.AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
-      });
-      return;
-    }
-  }
-  unbound_supply_.Add(job_id, kv_request_id, std::move(keys), std::move(blocks), std::chrono::steady_clock::now());
-  SweepUnboundSupply();
-}
-
-void PeerManager::BindSupply(session::PeerSession& session, const std::string& kv_request_id) {
-  supply_bindings_[kv_request_id] = session.peer_id();
-  for (auto& job : unbound_supply_.Take(kv_request_id)) {
-    session.AddSupply(job.job_id, kv_request_id, std::move(job.keys), std::move(job.blocks));
-  }
-}
-
-// A binding lives while its peer's session serves the request: every way
-// that ends (the round's transfer, an abort, the round and unbound-store
-// timeouts, the consumer's terminal fetch) reports the id, so the table
-// never holds more ids than the sessions' own bounded rounds and jobs do
-// (issue 11, finding 4). Checked against the peer's connection now, not
-// the reporting one: within one batch a new fetch or a bound store may have
-// made the request served again. A store after the unbinding waits as
-// unbound supply for the request's next fetch, which binds it again.
-void PeerManager::UnbindEndedSupply(PeerConnection& connection, const std::string& kv_request_id) {
-  auto binding = supply_bindings_.find(kv_request_id);
-  if (binding == supply_bindings_.end() || binding->second != connection.session().peer_id()) return;
-  auto peer = peers_.find(binding->second);
-  const PeerConnection* current = peer == peers_.end() ? nullptr : peer->second.connection.get();
-  if (current != nullptr && current->session().ServesRequest(kv_request_id)) return;
-  supply_bindings_.erase(binding);
-}
-
-void PeerManager::SweepUnboundSupply() {
-  for (const auto& failed : unbound_supply_.OnTick(std::chrono::steady_clock::now())) results_.OnStoreResult(failed);
-  auto next = unbound_supply_.NextDeadline();
-  if (!next) return;
-  supply_timer_.expires_at(*next);
-  supply_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) SweepUnboundSupply();
-  });
-}
-
-void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
-                         bool producer) {
-  for (const std::string& peer : client_peers) {
-    FinishResubmissions(peer, kv_request_id);
-    auto it = peers_.find(peer);
-    if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) continue;
-    it->second.connection->WithSession([&](session::PeerSession& session) { session.FinishClient(kv_request_id); });
-  }
-  if (!producer) return;
-  // Unbound supply stays: a prefiller finishes its request before the
-  // decoder fetches, and the supply must still meet that fetch.
-  supply_bindings_.erase(kv_request_id);
-  for (auto& [peer, entry] : peers_) {
-    if (!entry.connection || entry.connection->closed()) continue;
-    entry.connection->WithSession([&](session::PeerSession& session) { session.FinishServer(kv_request_id); });
-  }
-}
-
-size_t PeerManager::LoadsInFlight() const {
-  size_t total = 0;
-  for (const auto& [peer, entry] : peers_) {
-    if (entry.connection && !entry.connection->closed()) total += entry.connection->session().LoadsInFlight();
-  }
-  return total;
+  results_.OnProbesChanged(peer, true);
 }
 
 // ---------------------------------------------------------------------------
@@ -732,21 +480,20 @@ void PeerManager::Connect(const std::string& peer, std::function<void(Status)> d
     done(Status::Ok());
     return;
   }
-  peers_[peer].connect_waiters.push_back(std::move(done));
+  directory_.AddWaiter(peer, std::move(done));
 }
 
 Status PeerManager::Disconnect(const std::string& peer) {
-  auto it = peers_.find(peer);
-  if (it == peers_.end() || !it->second.connection || it->second.connection->closed()) {
-    return Status::NotFound("no session with peer '" + peer + "'");
-  }
-  auto connection = it->second.connection;  // keeps it alive through Close
+  PeerConnection* current = Current(peer);
+  if (current == nullptr || current->closed()) return Status::NotFound("no session with peer '" + peer + "'");
+  auto connection = current->shared_from_this();  // keeps it alive through Close
   connection->Close(session::CloseCause::kOperator, FixedReason(kDisconnectedByOperator));
   return Status::Ok();
 }
 
 void PeerManager::Shutdown(const std::string& reason) {
   shutting_down_ = true;
+  directory_.BeginShutdown();
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   supply_timer_.cancel();
@@ -755,14 +502,18 @@ void PeerManager::Shutdown(const std::string& reason) {
   for (const auto& [connection, source] : handshaking_) handshaking.push_back(connection);
   for (auto& connection : handshaking)
     connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
-  for (auto& [peer, entry] : peers_) {
-    if (auto connection = entry.connection)
-      connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
+  std::vector<std::shared_ptr<PeerConnection>> sessions;
+  for (const auto& [peer, entry] : directory_.entries()) {
+    if (PeerConnection* connection = Current(peer)) sessions.push_back(connection->shared_from_this());
+  }
+  for (auto& connection : sessions) {
+    connection->Close(session::CloseCause::kShutdown, reason, true, session::JobFailure::kShutdown);
   }
   for (const auto& failed : unbound_supply_.CancelAll(session::JobFailure::kShutdown, reason)) {
     results_.OnStoreResult(failed);
   }
   ResubmitQueued();  // handed-back loads fail now (shutting down), not after the loop stops
+  DrainResults();    // and every result reaches its engine before the loop stops
 }
 
 // ---------------------------------------------------------------------------
@@ -770,32 +521,17 @@ void PeerManager::Shutdown(const std::string& reason) {
 
 void PeerManager::ScheduleReap() {
   if (shutting_down_) return;
-  const auto tick = std::min<session::Duration>(kMaxReapTick, std::max<session::Duration>(config_.reap_after / 4,
-                                                                                        std::chrono::milliseconds(10)));
-  reap_timer_.expires_after(tick);
+  reap_timer_.expires_after(directory_.ReapTick());
   reap_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) ReapIdlePeers();
   });
 }
 
-// An entry with no connection and nothing waiting on it holds only
-// history (status, per-peer metrics); dropping it after reap_after keeps
-// the number of entries bounded by the peers in use, whatever hosts were
-// named or came and went. Supply bindings went with the last connection.
 void PeerManager::ReapIdlePeers() {
-  const auto now = std::chrono::steady_clock::now();
-  for (auto it = peers_.begin(); it != peers_.end();) {
-    const Peer& entry = it->second;
-    const bool idle = !entry.connection && entry.connect_waiters.empty() &&
-                      (entry.state == PeerState::kClosed || entry.state == PeerState::kBackoff);
-    if (idle && now - entry.idle_since >= config_.reap_after) {
-      spdlog::debug("peer {}: entry removed after {} s without a connection", it->first,
-                    std::chrono::duration_cast<std::chrono::seconds>(now - entry.idle_since).count());
-      metrics_.CountReaped();
-      it = peers_.erase(it);
-    } else {
-      ++it;
-    }
+  for (const auto& [peer, idle] : directory_.Reap()) {
+    spdlog::debug("peer {}: entry removed after {} s without a connection", peer,
+                  std::chrono::duration_cast<std::chrono::seconds>(idle).count());
+    metrics_.CountReaped();
   }
   ScheduleReap();
 }
@@ -808,10 +544,10 @@ void PeerManager::OnLookupResp(PeerConnection& connection) {
 
 std::vector<PeerSnapshot> PeerManager::PeerSnapshots() const {
   std::vector<PeerSnapshot> snapshots;
-  snapshots.reserve(peers_.size());
-  for (const auto& [peer_id, entry] : peers_) {
+  snapshots.reserve(directory_.entries().size());
+  for (const auto& [peer_id, entry] : directory_.entries()) {
     snapshots.push_back(
-        metrics_.Snapshot(peer_id, entry.state, entry.since, entry.last_error, entry.counters, entry.connection.get()));
+        metrics_.Snapshot(peer_id, entry.state, entry.since, entry.last_error, entry.counters, Current(peer_id)));
   }
   return snapshots;
 }

@@ -1,10 +1,12 @@
-// PeerManager: the peer side of the daemon. It listens for peer nodes,
-// dials them on demand with capped exponential backoff, keeps one
-// PeerConnection per peer (settling duplicates and restarts with
-// ArbitrateConnections once a connection is authenticated), routes engines' work to the right session, binds
-// store supply to the session whose peer fetches it, and hands every result
-// back through the ResultSink. What it reports (close and load logs and
-// counters, status, metrics) its PeerMetrics records (peer_metrics.h).
+// PeerManager: the peer side of the daemon's I/O. It owns the acceptor, the
+// resolver, the timers and one PeerConnection per peer, and asks its
+// PeerDirectory (peer_directory.h) for every decision: which connection
+// carries a peer's work, which of two crossed or duplicate connections
+// survives, when to back off and reap, where store supply goes, and what
+// handed-back work is asked again. Engines' work goes to the chosen session
+// (peer_manager_work.cc), and every result goes back through the
+// ResultSink. What it reports (close and load logs and counters, status,
+// metrics) its PeerMetrics records (peer_metrics.h).
 //
 // Nothing before authentication (wire spec section 4, item 6): an accepted
 // connection is held apart, in handshaking_, until its session is ready;
@@ -21,9 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -35,8 +35,10 @@
 #include "daemon/metrics/limit_reporter.h"
 #include "daemon/node/node_model.h"
 #include "daemon/peer/peer_connection.h"
+#include "daemon/peer/peer_directory.h"
 #include "daemon/peer/peer_metrics.h"
 #include "daemon/peer/peer_resolver.h"
+#include "daemon/peer/result_outbox.h"
 #include "daemon/node/peer_service.h"
 #include "daemon/node/peer_snapshot.h"
 #include "protocol/features.h"
@@ -90,14 +92,11 @@ struct PeerManagerConfig {
   std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
-// How long a load handed back by a superseded connection may still take if
-// it is asked again: what is left of one load timeout counted from the
-// load's start (not from its first hand-back, issue 25 finding 6, which let
-// a peer that held each fetch and then closed keep the engine waiting about
-// three load timeouts), or nullopt when it must fail now (asked
-// `max_asks` times already, or no time left).
-std::optional<session::Duration> ResubmitTimeout(unsigned asked, unsigned max_asks, session::TimePoint started,
-                                                 session::TimePoint now, session::Duration load_timeout);
+// What every peer session this node opens is made with: the node's
+// settings and model, and this process's epoch. Pure, so that each setting
+// carried into the sessions can be checked without a connection.
+session::SessionConfig PeerSessionConfig(const PeerManagerConfig& config, const ModelSettings& model,
+                                         const std::string& epoch);
 
 class PeerManager : public PeerService, private ConnectionListener {
  public:
@@ -111,7 +110,10 @@ class PeerManager : public PeerService, private ConnectionListener {
   std::string listen_address() const;
   // The node id is known only once the listener is bound (port 0).
   // REQUIRES: no session exists yet.
-  void set_node_id(std::string node_id) { config_.node_id = std::move(node_id); }
+  void set_node_id(std::string node_id) {
+    config_.node_id = node_id;
+    directory_.set_local_id(std::move(node_id));
+  }
   // Where limit hits and authentication failures are counted (the node's
   // status.counters); null = not counted. Must outlive the manager.
   void set_counters(Counters* counters) {
@@ -138,10 +140,6 @@ class PeerManager : public PeerService, private ConnectionListener {
   Status Load(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
               std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
               session::SlotSinkRef sink) override;
-  // Load with the time it may still take (a load asked again, ResubmitLoad).
-  Status LoadWithin(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                    std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
-                    session::SlotSinkRef sink, std::optional<session::Duration> timeout);
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
   void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
@@ -157,22 +155,6 @@ class PeerManager : public PeerService, private ConnectionListener {
   size_t Handshaking() const override;
 
  private:
-  struct Peer {
-    PeerState state = PeerState::kClosed;
-    std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
-    std::shared_ptr<PeerConnection> connection;
-    session::Duration backoff = std::chrono::milliseconds(0);
-    std::chrono::steady_clock::time_point backoff_until;
-    std::optional<std::string> last_error;
-    std::vector<std::function<void(Status)>> connect_waiters;
-    // Bytes and stats of connections already gone (the live one's are
-    // added by PeerMetrics::Snapshot), and the entry's dials and loads.
-    PeerCounters counters;
-    // When the last connection ended; the entry is reaped reap_after later
-    // unless a connection or a waiter comes first.
-    std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
-  };
-
   // ConnectionListener
   void OnSessionActivity(PeerConnection& connection, session::PeerSession& session) override;
   void OnConnectionClosed(PeerConnection& connection) override;
@@ -196,42 +178,45 @@ class PeerManager : public PeerService, private ConnectionListener {
   // Removes peer entries idle for reap_after; re-arms reap_timer_.
   void ReapIdlePeers();
   void ScheduleReap();
+  // The peer's current connection (live or just closed), or null.
+  PeerConnection* Current(const std::string& peer) const;
   // The peer's session, dialling when there is none. Null (with *error)
   // while the peer backs off or the node is not configured.
   PeerConnection* SessionFor(const std::string& peer, Status* error);
-  void Dial(const std::string& peer, Peer& entry);
-  // An accepted connection just became ready: applies the duplicate and
-  // restart rules (wire spec section 1) and makes it the peer's connection,
-  // or closes it.
+  void Dial(const std::string& peer, ConnectionId id);
+  // Load, for the engine (`resubmitted` nullopt: the load starts now, with
+  // the full load timeout) or for work a superseded session handed back
+  // (`resubmitted`: what is left of the load's timeout, ResubmitTimeout).
+  Status SubmitLoad(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
+                    std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
+                    session::SlotSinkRef sink, std::optional<session::Duration> resubmitted);
+  // An accepted connection just became ready: the directory applies the
+  // duplicate and restart rules (wire spec section 1); this makes it the
+  // peer's connection, or closes it.
   void AdoptInbound(PeerConnection& connection);
-  // `replacement` becomes the peer's connection before the old one closes
-  // for `cause`: what the old one hands back (its unserved work, its
-  // waiters) then finds the replacement, and the entry never passes
-  // through closed.
-  void Supersede(const std::string& peer, Peer& entry, std::shared_ptr<PeerConnection> replacement,
-                 session::CloseCause cause, session::PeerDisconnectReason reason);
+  // The directory has made the new connection the peer's; `old` closes for
+  // `cause` now.
+  void Supersede(const std::string& peer, ConnectionId old, session::CloseCause cause,
+                 session::PeerDisconnectReason reason);
   // What an ended connection carried goes into its entry's history.
-  static void AccountEnded(Peer& entry, const PeerConnection& connection);
-  // The peer's sessions no longer serve anything of this node's stores.
-  void DropSupplyBindings(const std::string& peer);
+  void AccountEnded(const std::string& peer, const PeerConnection& connection);
   // Work a superseded session handed back is asked of the peer again, once
   // the event that closed it is over (docs/wire-protocol.md, section 9,
   // "(f) Work on a superseded connection").
-  void QueueResubmission(const std::string& peer, session::UnservedWork work, const std::string& reason);
   void ResubmitQueued();
   void ResubmitLoad(const std::string& peer, session::UnservedLoad load, const std::string& reason);
   void FinishResubmissions(const std::string& peer, const std::string& kv_request_id);
   // Every load result leaves through here (metrics, then the engine).
   void ReportLoadResult(const std::string& peer, const session::JobResult& result);
-  // Peers with a live connection (identified; dialled or accepted).
-  size_t LivePeerCount() const;
-  bool AtPeerLimit() const { return config_.max_peers != 0 && LivePeerCount() >= config_.max_peers; }
   // Applies the connection limits to a new connection.
   void ApplyConnectionLimits(PeerConnection& connection) const;
   // `socket` as plain TCP or wrapped for TLS (config_.tls).
   PeerStream MakeStream(boost::asio::ip::tcp::socket socket) const;
-  void SetState(Peer& entry, PeerState state);
   void DeliverResults(PeerConnection& connection, session::PeerSession& session);
+  // Hands results_ to the engine side (posted by results_'s wake, and at
+  // shutdown).
+  void DrainResults();
+  void ScheduleDrain();
   void BindSupply(session::PeerSession& session, const std::string& kv_request_id);
   // The session no longer serves the request: its binding goes.
   void UnbindEndedSupply(PeerConnection& connection, const std::string& kv_request_id);
@@ -243,13 +228,24 @@ class PeerManager : public PeerService, private ConnectionListener {
   PeerManagerConfig config_;
   NodeModel& model_;
   session::PublishedBlocks& index_;
-  ResultSink& results_;
+  // The engine side (EngineRegistry); reached only by draining results_.
+  ResultSink& sink_;
+  // Everything owed to the engine side waits here until DrainResults, one
+  // posted drain per loop turn: no result reaches an engine while its op
+  // is still inside this manager (result_outbox.h).
+  ResultOutbox results_;
+  // Expires with the manager: a drain posted before its end does nothing.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
   std::string epoch_;
   boost::asio::ip::tcp::acceptor acceptor_;
   // Looks up dialled peers' hosts, off the event loop and apart from each
   // other: one slow name stalls no other dial (daemon/peer/peer_resolver.h).
   PeerResolver resolver_;
-  std::map<std::string, Peer> peers_;
+  // Every decision about peers: entries, arbitration, backoff, reaping,
+  // supply bindings, hand-back (daemon/peer/peer_directory.h).
+  PeerDirectory directory_;
+  // The connections the directory placed in peer entries, by its ids.
+  std::map<ConnectionId, std::shared_ptr<PeerConnection>> connections_;
   // Accepted connections not ready yet, with their source address; and
   // how many there are per source address (no zero entries).
   std::map<std::shared_ptr<PeerConnection>, std::string> handshaking_;
@@ -257,30 +253,13 @@ class PeerManager : public PeerService, private ConnectionListener {
   boost::asio::steady_timer reap_timer_;
   std::chrono::steady_clock::time_point accept_failure_logged_{};
   uint64_t accept_failures_unlogged_ = 0;
-  // kv_request_id -> peer whose session fetched it (where its supply goes),
-  // while that session serves the request (UnbindEndedSupply).
-  std::map<std::string, std::string> supply_bindings_;
   session::UnboundSupply unbound_supply_;
-  // Handed-back work waiting for ResubmitQueued (posted), and how often and
-  // since when each load in flight was asked again: a peer that keeps
-  // superseding its connections cannot keep a load alive (ResubmitLoad).
-  struct Resubmission {
-    std::string peer;
-    session::UnservedWork work;
-    std::string reason;  // why the session that held it closed
-  };
-  std::vector<Resubmission> resubmissions_;
-  struct Resubmits {
-    unsigned count = 0;
-    std::chrono::steady_clock::time_point started;  // when the engine's load was first requested
-  };
-  std::unordered_map<session::JobId, Resubmits> resubmits_per_load_;
   boost::asio::steady_timer supply_timer_;
   bool shutting_down_ = false;
   Counters* counters_ = nullptr;
   LimitReporter limits_;
   // Node-wide counts, histograms and the close and load log lines
-  // (per-peer counts live in Peer::counters).
+  // (per-peer counts live in PeerEntry::counters).
   PeerMetrics metrics_;
 };
 

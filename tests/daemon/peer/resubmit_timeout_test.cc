@@ -1,11 +1,11 @@
 // How long a load handed back by a superseded connection may still take
-// when it is asked again (daemon/peer/peer_manager.h, ResubmitTimeout): the
+// when it is asked again (daemon/peer/peer_directory.h, ResubmitTimeout): the
 // bound counts from the load's start, not its first hand-back (issue 25,
 // finding 6).
 #include <catch2/catch.hpp>
 #include <chrono>
 
-#include "daemon/peer/peer_manager.h"
+#include "daemon/peer/peer_directory.h"
 
 namespace kvpeer::daemon {
 namespace {
