@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -364,6 +365,17 @@ class Client {
   std::string input_;
   bool closed_ = false;
 };
+
+// Runs `io` in slices of 5 ms until `done` holds; false after 10 s.
+inline bool RunUntil(boost::asio::io_context& io, const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    io.restart();
+    io.run_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 // The error code of a failed response ("" when it succeeded).
 inline std::string ErrorCodeOf(const json::object& response) {

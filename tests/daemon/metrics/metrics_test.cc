@@ -333,15 +333,7 @@ struct Node {
   std::unique_ptr<PeerManager> peers;
 };
 
-bool RunUntil(asio::io_context& io, const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    io.restart();
-    io.run_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
+using testing::RunUntil;
 
 // Captures the log lines of a test; restores the default logger after.
 class LogCapture {
