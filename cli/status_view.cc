@@ -137,6 +137,8 @@ std::string AccessText(const json::object& status, const char* side) {
   if (access == nullptr || !access->is_object()) return "-";
   const json::value* granted = Field(access->as_object(), side);
   if (granted == nullptr || !granted->is_object()) return "-";
+  const json::value* anyone = Field(granted->as_object(), "anyone");
+  if (anyone != nullptr && anyone->is_bool() && anyone->get_bool()) return "any socket user (not configured)";
   std::string text;
   for (const char* kind : {"uids", "gids"}) {
     const json::value* ids = Field(granted->as_object(), kind);

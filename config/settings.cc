@@ -489,7 +489,8 @@ std::vector<OptionSpec> BuildOptions() {
                      .value_name = "UID|USER",
                      .help = "local users whose engines may publish and store (supply) blocks and fix the node's "
                              "model settings by the first hello, besides root and the daemon's own uid; "
-                             "repeatable or comma-separated (default: none)",
+                             "repeatable or comma-separated (default: none, and with publisher-gid unset every "
+                             "socket user may)",
                      .repeatable = true,
                      .apply = ApplyPublisherUid,
                      .effective = [](const Settings& s) { return IdsJson(s.publisher_uids); }});
@@ -503,7 +504,8 @@ std::vector<OptionSpec> BuildOptions() {
   options.push_back({.name = "operator-uid",
                      .value_name = "UID|USER",
                      .help = "local users who may connect and disconnect peers, besides root and the daemon's own "
-                             "uid; repeatable or comma-separated (default: none)",
+                             "uid; repeatable or comma-separated (default: none, and with operator-gid unset every socket "
+                             "user may)",
                      .repeatable = true,
                      .apply = ApplyOperatorUid,
                      .effective = [](const Settings& s) { return IdsJson(s.operator_uids); }});
@@ -637,7 +639,7 @@ std::vector<OptionSpec> BuildOptions() {
                      .effective = [](const Settings& s) { return json::value(s.max_round_key_bytes); }});
   options.push_back({.name = "max-seal-bytes",
                      .value_name = "N",
-                     .default_text = "4294967296",
+                     .default_text = "1073741824",
                      .help = "bytes one sealed publish or store may hash (distinct block ids x block-len), "
                              "4096..2^46; beyond it the request answers conflict",
                      .apply = [](const std::vector<std::string>& raw, Settings* s) {
@@ -647,10 +649,10 @@ std::vector<OptionSpec> BuildOptions() {
   options.push_back({.name = "max-keys-per-slot",
                      .value_name = "N",
                      .default_text = "16",
-                     .help = "keys one engine may publish at one block id, 1..65536; a publish beyond it answers "
+                     .help = "keys one engine may publish at one block id, 1..1024; a publish beyond it answers "
                              "conflict",
                      .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplyCount(raw.front(), 1, 65536, &s->max_keys_per_slot);
+                       return ApplyCount(raw.front(), 1, 1024, &s->max_keys_per_slot);
                      },
                      .effective = [](const Settings& s) { return json::value(s.max_keys_per_slot); }});
   options.push_back({.name = "max-published-key-bytes",

@@ -110,7 +110,7 @@ struct Settings {
   // bytes"): bytes one sealed publish or store may hash, keys one slot may
   // hold, published key bytes (key + 96 each) and open-request bytes (twice
   // the id + 512, per request and per peer it names).
-  uint64_t max_seal_bytes = 4ull << 30;
+  uint64_t max_seal_bytes = 1ull << 30;
   uint64_t max_keys_per_slot = 16;
   uint64_t max_published_key_bytes = 256ull << 20;
   uint64_t max_open_request_bytes = 32ull << 20;

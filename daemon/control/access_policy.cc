@@ -23,6 +23,7 @@ bool AccessPolicy::Holds(const PeerCredentials& caller, Privilege privilege) con
   if (privilege == Privilege::kNone) return true;
   if (caller.uid == 0 || caller.uid == daemon_uid_) return true;
   const GrantedIds& granted = Granted(privilege);
+  if (granted.uids.empty() && granted.gids.empty()) return true;  // not configured: everyone's
   if (Listed(granted.uids, caller.uid) || Listed(granted.gids, caller.gid)) return true;
   return std::any_of(caller.groups.begin(), caller.groups.end(),
                      [&](uint32_t group) { return Listed(granted.gids, group); });
@@ -49,7 +50,9 @@ json::object AccessPolicy::ToJson() const {
       if (!Listed(uids, uid)) uids.push_back(uid);
     }
     if (!Listed(uids, daemon_uid_)) uids.push_back(daemon_uid_);
-    return json::object{{"uids", json::array(uids.begin(), uids.end())},
+    const bool anyone = granted.uids.empty() && granted.gids.empty();
+    return json::object{{"anyone", anyone},
+                        {"uids", anyone ? json::array() : json::array(uids.begin(), uids.end())},
                         {"gids", json::array(granted.gids.begin(), granted.gids.end())}};
   };
   return json::object{{"publishers", side(publishers_)}, {"operators", side(operators_)}};

@@ -12,7 +12,11 @@
 //              sessions, and with them other engines' work);
 //              --operator-uid / --operator-gid.
 //
-// Root (uid 0) and the daemon's own uid hold both. A caller is listed when
+// A privilege with no uid and no gid configured is everyone's: control-api.md
+// (normative) lets every admitted socket user publish and operate, so that
+// stays the default (docs/security.md, "Who may publish and operate": the
+// packaged config and units configure both). Once one id is configured,
+// only root, the daemon's own uid and the listed ids hold it. A caller is listed when
 // its uid is, or its primary gid or one of its supplementary groups is
 // (PeerCredentials: SO_PEERCRED and SO_PEERGROUPS, read by the kernel when
 // the connection was made, so a process cannot claim groups it did not
@@ -44,7 +48,7 @@ struct GrantedIds {
 
 class AccessPolicy {
  public:
-  // Root and `daemon_uid` only.
+  // Nothing configured: everyone holds both (the spec's behaviour).
   explicit AccessPolicy(uint32_t daemon_uid = 0) : daemon_uid_(daemon_uid) {}
   AccessPolicy(uint32_t daemon_uid, GrantedIds publishers, GrantedIds operators)
       : daemon_uid_(daemon_uid), publishers_(std::move(publishers)), operators_(std::move(operators)) {}
@@ -55,8 +59,9 @@ class AccessPolicy {
   // settings grant it.
   Status Check(const PeerCredentials& caller, Privilege privilege, std::string_view what) const;
 
-  // For `status`: {"publishers": {"uids": [...], "gids": [...]},
-  // "operators": {...}}, root and the daemon's uid included in "uids".
+  // For `status`: {"publishers": {"anyone": bool, "uids": [...], "gids":
+  // [...]}, "operators": {...}}; when not anyone, root and the daemon's uid
+  // are included in "uids".
   boost::json::object ToJson() const;
 
  private:

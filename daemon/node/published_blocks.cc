@@ -298,16 +298,7 @@ Status NodePublishedBlocks::Publish(EngineId engine, const std::vector<Key>& key
   // Keys whose slot changed bytes since their seal name bytes that are gone.
   // Republished by this request at once, so no release is reported.
   for (SlotIndex slot : changed) WithdrawSlot(engine, owner, slot, /*report=*/false);
-  // The engine vouches for the slot's bytes as they are now: a sealed
-  // publish keeps their checksum, an unsealed one drops an older seal.
-  // (A pin taken earlier keeps the value it began with.)
-  if (seals) {
-    for (const auto& [slot, seal] : *seals) owner.slots[slot].sealed = seal;
-  } else {
-    for (SlotIndex slot : slots) {
-      if (auto it = owner.slots.find(slot); it != owner.slots.end()) it->second.sealed.reset();
-    }
-  }
+  std::vector<SlotIndex> moved_from;  // slots this request's moves emptied
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [entry, added] = keys_.try_emplace(keys[i]);
     const Key* key = &entry->first;
@@ -315,9 +306,10 @@ Status NodePublishedBlocks::Publish(EngineId engine, const std::vector<Key>& key
     if (Location* held = Holding(holders, engine)) {
       if (held->slot == slots[i]) continue;  // already there
       // A move of this engine's own holding: its old slot may become free,
-      // and the engine hears of it (its own request caused it).
+      // and the engine hears of it (its own request caused it) once the
+      // whole request is in, unless a later key of it lands there.
       bool pinned = false;
-      if (owner.Withdraw(held->slot, key, &pinned)) owner.Released(held->slot);
+      if (owner.Withdraw(held->slot, key, &pinned)) moved_from.push_back(held->slot);
       held->slot = slots[i];
     } else {
       holders.push_back(Location{engine, slots[i]});
@@ -329,6 +321,26 @@ Status NodePublishedBlocks::Publish(EngineId engine, const std::vector<Key>& key
     slot.release_pending = false;
     ++owner.published;
     owner.key_bytes += key->size() + kHoldingBytes;
+  }
+  // The engine vouches for the slots' bytes as they are now: a sealed
+  // publish keeps their checksum, an unsealed one drops an older seal. Set
+  // after the keys, so that a move emptying a slot this request publishes
+  // again cannot drop its new seal. (A pin taken earlier keeps the value it
+  // began with.)
+  for (SlotIndex slot : slots) {
+    auto it = owner.slots.find(slot);
+    if (it == owner.slots.end() || it->second.keys.empty()) continue;  // moved away again later in the request
+    if (seals) {
+      it->second.sealed = seals->at(slot);
+    } else {
+      it->second.sealed.reset();
+    }
+  }
+  std::sort(moved_from.begin(), moved_from.end());
+  moved_from.erase(std::unique(moved_from.begin(), moved_from.end()), moved_from.end());
+  for (SlotIndex slot : moved_from) {
+    auto it = owner.slots.find(slot);
+    if (it == owner.slots.end() || it->second.keys.empty()) owner.Released(slot);
   }
   return Status::Ok();
 }

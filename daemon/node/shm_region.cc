@@ -170,15 +170,20 @@ bool ShmRegion::StillBacked() const {
   // Often enough that a truncation is seen before the next frame; rarely
   // enough that a busy transfer pays one fstat per millisecond at most.
   constexpr auto kRecheckInterval = std::chrono::milliseconds(1);
-  if (truncated_) return false;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - checked_at_ < kRecheckInterval) return true;
+  if (truncated_.load(std::memory_order_relaxed)) return false;
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
+  const int64_t checked = checked_at_ns_.load(std::memory_order_relaxed);
+  if (checked != std::numeric_limits<int64_t>::min() &&
+      now - checked < std::chrono::nanoseconds(kRecheckInterval).count()) {
+    return true;
+  }
   struct stat st {};
   if (::fstat(fd_.get(), &st) != 0) return true;  // cannot tell; the kernel's EFAULT still guards
   const uint64_t size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  truncated_ = size < shape_.offset + bytes();
-  checked_at_ = now;
-  return !truncated_;
+  const bool truncated = size < shape_.offset + bytes();
+  if (truncated) truncated_.store(true, std::memory_order_relaxed);  // never un-truncated
+  checked_at_ns_.store(now, std::memory_order_relaxed);
+  return !truncated;
 }
 
 std::span<uint8_t> ShmRegion::Block(uint32_t index) const {

@@ -8,9 +8,13 @@
 // how "unmapped once no transfer touches it" holds by construction: pins and
 // slot sinks hold the region.
 //
-// Thread-safety: immutable after mapping; the bytes themselves are shared
+// Thread-safety: immutable after mapping but for StillBacked's cache, which
+// is atomic (the seal hasher's worker calls it too); the bytes themselves are shared
 // with the engine process and are not synchronised by this class.
 #pragma once
+
+#include <atomic>
+#include <limits>
 
 #include <chrono>
 #include <cstdint>
@@ -101,8 +105,12 @@ class ShmRegion {
   RegionShape shape_;
   std::shared_ptr<const void> charge_;
   UniqueFd fd_;  // a duplicate of the mapped file's descriptor, for StillBacked
-  mutable bool truncated_ = false;
-  mutable std::chrono::steady_clock::time_point checked_at_{};
+  // StillBacked's cache, read and written by the event loop and by the
+  // seal hasher's worker at once (relaxed: a stale value only costs one
+  // more fstat, or one check too late that the kernel's EFAULT and the
+  // SIGBUS guard still cover).
+  mutable std::atomic<bool> truncated_{false};
+  mutable std::atomic<int64_t> checked_at_ns_{std::numeric_limits<int64_t>::min()};
 };
 
 }  // namespace kvpeer::daemon

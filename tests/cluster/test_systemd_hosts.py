@@ -182,7 +182,7 @@ class ServiceHostsTest(ClusterTestCase):
              "getent group kvpeer-publishers")
         conf = "\n".join([f'listen = "{host.node_id}"', f'node-id = "{host.node_id}"', f"block-len = {BLOCK}",
                           'config-fingerprint = "kvpeer-sim-model"', 'hash-seed = "kvpeer-sim-seed"',
-                          'publisher-gid = ["kvpeer-publishers"]', 'psk-file = "/etc/kvpeer/psk"',
+                          'publisher-gid = ["kvpeer-publishers"]', 'operator-uid = ["root"]', 'psk-file = "/etc/kvpeer/psk"',
                           'log-level = "info"', ""])
         c.sh("install -d -m 0750 -g kvpeer /etc/kvpeer")
         subprocess.run(c.enter() + ["sh", "-c", "install -m 0600 -o kvpeer -g kvpeer /dev/null /etc/kvpeer/psk "

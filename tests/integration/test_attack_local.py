@@ -126,7 +126,8 @@ class LocalAttackTest(DaemonTestCase):
     # ---- finding 3: poisoning ------------------------------------------------------------------
 
     def test_an_unprivileged_engine_cannot_poison_what_a_remote_consumer_loads(self):
-        a = self.start_daemon("a", BLOCK_LEN)
+        # Publishing made a privilege (unset, control-api.md lets every socket user publish).
+        a = self.start_daemon("a", BLOCK_LEN, extra=["--publisher-uid", "0", "--operator-uid", "0"])
         b = self.start_daemon("b", BLOCK_LEN)
         self.open_socket(a)
         keys = make_keys("poison", 4)
@@ -146,7 +147,7 @@ class LocalAttackTest(DaemonTestCase):
             self.assertIn("publisher-uid and publisher-gid", answer["error"]["message"])
         status = a.status()
         self.assertEqual(status["counters"]["control_requests_refused_policy"], 2)
-        self.assertEqual(status["access"]["publishers"], {"uids": [0], "gids": []})
+        self.assertEqual(status["access"]["publishers"], {"anyone": False, "uids": [0], "gids": []})
         out = subprocess.run([str(kvpeerctl_path()), "--socket", a.socket_path, "status"], capture_output=True,
                              timeout=10, check=True).stdout.decode()
         self.assertIn("publish  uids 0", out)
@@ -167,14 +168,15 @@ class LocalAttackTest(DaemonTestCase):
         other, answers = self.run_as(a, self.poison_requests(make_keys("no-group", 2), "pd-3"), uid=GROUP_UID,
                                      gid=GROUP_GID)
         self.assertEqual(answers[2]["error"]["code"], "bad_request", dump(answers))
-        self.assertEqual(a.status()["access"]["publishers"], {"uids": [0, NOBODY], "gids": [PUBLISHER_GID]})
+        self.assertEqual(a.status()["access"]["publishers"],
+                         {"anyone": False, "uids": [0, NOBODY], "gids": [PUBLISHER_GID]})
         for p in (by_uid, by_group, other):
             self.stop(p)
 
     # ---- finding 5: the first hello, operator ops ----------------------------------------------
 
     def test_a_squatters_first_hello_cannot_fix_the_model_settings(self):
-        a = self.start_daemon("a")  # model settings left to the first hello
+        a = self.start_daemon("a", extra=["--publisher-uid", "0", "--operator-uid", "0"])  # settings left to the first hello
         self.open_socket(a)
         squatter, (hello,) = self.run_as(a, [hello_request(block_len=1, name="squatter")])
         self.assertFalse(hello["ok"], dump(hello))
@@ -197,7 +199,7 @@ class LocalAttackTest(DaemonTestCase):
             self.stop(p)
 
     def test_a_socket_user_cannot_disconnect_the_peer_another_engine_loads_from(self):
-        a = self.start_daemon("a", BLOCK_LEN)
+        a = self.start_daemon("a", BLOCK_LEN, extra=["--operator-uid", "0"])
         b = self.start_daemon("b", BLOCK_LEN)
         self.open_socket(a)
         producer = self.engine(b, 8, BLOCK_LEN, name="producer")

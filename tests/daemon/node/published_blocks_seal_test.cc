@@ -177,5 +177,26 @@ TEST_CASE_METHOD(SealFixture, "unsealed blocks always pass the after-write check
   CHECK(index.PinIfPublished("k1"));
 }
 
+TEST_CASE_METHOD(SealFixture, "a sealed publish that moves a key off a slot it also fills keeps the seal") {
+  // Review finding: the move emptied slot 2 after its new seal was set, so
+  // B stayed published there unsealed and slot 2 was reported released.
+  Fill(2, 'x');
+  REQUIRE(PublishSealed(index, 1, {"A", "A", "B"}, {2, 1, 2}).ok());
+  CHECK(released.empty());
+  session::PinRef pin = index.PinIfPublished("B");
+  REQUIRE(pin);
+  CHECK(pin->Checksum() == HashOf(std::string(kLen, 'x')));
+  Fill(2, 'y');  // reused: the seal must catch it
+  CHECK_FALSE(pin->SealHoldsAfterWrite());
+  CHECK(index.PinIfPublished("B") == nullptr);
+}
+
+TEST_CASE_METHOD(SealFixture, "a move off a slot the request does not fill again reports it released once") {
+  REQUIRE(PublishSealed(index, 1, {"A"}, {2}).ok());
+  REQUIRE(PublishSealed(index, 1, {"A", "C", "C"}, {1, 2, 3}).ok());
+  CHECK(released == std::vector<SlotIndex>{2});
+  CHECK(index.keys_at(1, 2) == 0);
+}
+
 }  // namespace
 }  // namespace kvpeer::daemon
