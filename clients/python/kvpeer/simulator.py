@@ -105,7 +105,7 @@ class SimEngine:
 
     def __init__(self, socket_path, num_blocks, block_len, name="sim-engine",
                  fingerprint=DEFAULT_FINGERPRINT, hash_seed=DEFAULT_HASH_SEED,
-                 region="memfd", timeout=30.0, region_dir="/dev/shm"):
+                 region="memfd", timeout=30.0, region_dir=None):
         self.name = name
         self.block_len = block_len
         self.client = Client(socket_path, timeout=timeout)
@@ -116,7 +116,10 @@ class SimEngine:
                 self.region = Region.memfd(num_blocks, block_len, name=name)
                 self.client.register_region_fd(self.region.fd, num_blocks)
             else:
-                self.region = Region.shm_file(num_blocks, block_len, directory=region_dir)
+                # Region.shm_file's own default directory unless one is asked for
+                # (tests/cluster/agent.py replaces that default).
+                where = {} if region_dir is None else {"directory": region_dir}
+                self.region = Region.shm_file(num_blocks, block_len, **where)
                 self.client.register_region(self.region.path, num_blocks)
         except BaseException:
             self.close()
