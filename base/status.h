@@ -24,18 +24,18 @@ class Status {
  public:
   enum class Code {
     kOk = 0,
-    kViolation,      // the peer broke the wire protocol (closes the connection)
-    kInvalid,        // a caller's request is malformed (control API: bad_request)
-    kUnavailable,    // the operation cannot proceed now: peer gone, closed, unreachable
-    kInternal,       // a bug: an invariant did not hold
-    kUnknownOp,      // the caller named an operation that does not exist
-    kIncompatible,   // the caller's model settings differ from the node's
-    kNoRegion,       // the operation needs a registered memory region first
-    kOutOfRange,     // an index beyond the bounds of the state it addresses
-    kConflict,       // the request collides with state in use (a name, a slot, a limit)
-    kNotFound,       // the named thing does not exist (any more)
-    kTooLarge,       // the request exceeds a size limit
-    kShuttingDown,   // the process is draining and refuses new work
+    kViolation,     // the peer broke the wire protocol (closes the connection)
+    kInvalid,       // a caller's request is malformed (control API: bad_request)
+    kUnavailable,   // the operation cannot proceed now: peer gone, closed, unreachable
+    kInternal,      // a bug: an invariant did not hold
+    kUnknownOp,     // the caller named an operation that does not exist
+    kIncompatible,  // the caller's model settings differ from the node's
+    kNoRegion,      // the operation needs a registered memory region first
+    kOutOfRange,    // an index beyond the bounds of the state it addresses
+    kConflict,      // the request collides with state in use (a name, a slot, a limit)
+    kNotFound,      // the named thing does not exist (any more)
+    kTooLarge,      // the request exceeds a size limit
+    kShuttingDown,  // the process is draining and refuses new work
   };
 
   Status() = default;

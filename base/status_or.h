@@ -28,7 +28,7 @@ class StatusOr {
  public:
   // REQUIRES: !status.ok()
   StatusOr(Status status) : status_(Failed(std::move(status))) {}  // NOLINT: implicit by design
-  StatusOr(T value) : value_(std::move(value)) {}                                   // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}                  // NOLINT: implicit by design
 
   bool ok() const { return value_.has_value(); }
   // Ok when a value is held.

@@ -17,7 +17,7 @@ namespace kvpeer::bench {
 
 struct RawTransfer {
   uint64_t bytes = 0;
-  double seconds = 0;       // first byte sent to last byte received
+  double seconds = 0;  // first byte sent to last byte received
   int64_t sender_cpu_ns = 0;
   int64_t receiver_cpu_ns = 0;
   int64_t context_switches = 0;  // voluntary, both threads (each is a sleep and a wake-up)
@@ -43,8 +43,7 @@ std::vector<double> TcpRoundTrips(int count, int warmup, int64_t pace_us = 0);
 // `echo_cpu_us_per_trip`, when given, gets the echo thread's CPU time per
 // round trip: what a blocking server spends per request on this machine,
 // wake-ups included (the floor of the daemon's CPU per control op).
-std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip = nullptr,
-                                   int64_t pace_us = 0);
+std::vector<double> UnixRoundTrips(int count, int warmup, double* echo_cpu_us_per_trip = nullptr, int64_t pace_us = 0);
 
 // Single-thread memcpy of `chunk`-byte pieces between two buffers of
 // `buffer_bytes` (beyond the caches) until `total` bytes are copied; GB/s.

@@ -83,15 +83,16 @@ InFlightResult MeasureWithInFlight(Cluster& cluster, ConsumerEngine& probe,
   std::unique_ptr<ConsumerEngine> background;
   const int others = in_flight - 1;
   if (others > 0) {
-    if (background_region->num_blocks() < static_cast<uint64_t>(others)) throw BenchError("background region too small");
-    background = std::make_unique<ConsumerEngine>(consumer_socket, cluster.block_len(), "bench-background",
-                                                  background_region);
+    if (background_region->num_blocks() < static_cast<uint64_t>(others))
+      throw BenchError("background region too small");
+    background =
+        std::make_unique<ConsumerEngine>(consumer_socket, cluster.block_len(), "bench-background", background_region);
     std::vector<std::string> lines;
     for (int i = 0; i < others; ++i) {
       const auto index = static_cast<uint32_t>(i);
       const std::string& peer = producers[static_cast<size_t>(i % peers)]->listen();
-      lines.push_back(request::Load(i, peer, tag + "-bg-" + std::to_string(i), {BlockKey(kBackgroundSpace, index)},
-                                    {index}));
+      lines.push_back(
+          request::Load(i, peer, tag + "-bg-" + std::to_string(i), {BlockKey(kBackgroundSpace, index)}, {index}));
     }
     Pipeline(background->client, lines, "background load");
     // Every producer has received its fetches once its rounds show them.
@@ -129,7 +130,8 @@ InFlightResult MeasureWithInFlight(Cluster& cluster, ConsumerEngine& probe,
       json::object report = probe.client.Call(poll, "poll");
       for (const json::value& item : report.at("results").as_array()) {
         const json::object& r = item.as_object();
-        if (r.at("job_id").to_number<int64_t>() != i) throw BenchError("probe: unexpected result " + json::serialize(r));
+        if (r.at("job_id").to_number<int64_t>() != i)
+          throw BenchError("probe: unexpected result " + json::serialize(r));
         CheckResult(r);
         done = true;
       }

@@ -33,16 +33,16 @@ void DaemonProcess::Start() {
     at = end + 1;
   }
   const std::vector<std::string> own = {options_.binary,
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--socket",
-                                   options_.socket_path,
-                                   "--block-len",
-                                   std::to_string(options_.block_len),
-                                   "--config-fingerprint",
-                                   "kvpeer-bench",
-                                   "--hash-seed",
-                                   "bench-seed"};
+                                        "--listen",
+                                        "127.0.0.1:0",
+                                        "--socket",
+                                        options_.socket_path,
+                                        "--block-len",
+                                        std::to_string(options_.block_len),
+                                        "--config-fingerprint",
+                                        "kvpeer-bench",
+                                        "--hash-seed",
+                                        "bench-seed"};
   args.insert(args.end(), own.begin(), own.end());
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   std::vector<char*> argv;

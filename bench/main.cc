@@ -59,32 +59,33 @@ struct Options {
 
 // Everything that differs between the full run and the smoke run.
 struct Sizes {
-  uint64_t bulk_total;     // at least this many bytes per measured bulk round
-  double round_seconds;    // and at least this long
-  uint64_t region_bytes;   // source and destination region per node
-  uint64_t load_bytes;     // bytes per load
-  int depth;               // loads in flight
-  int rtt_count;           // baseline round trips
-  int lookup_count;        // peer lookup samples (idle)
-  int control_count;       // control-op samples
+  uint64_t bulk_total;    // at least this many bytes per measured bulk round
+  double round_seconds;   // and at least this long
+  uint64_t region_bytes;  // source and destination region per node
+  uint64_t load_bytes;    // bytes per load
+  int depth;              // loads in flight
+  int rtt_count;          // baseline round trips
+  int lookup_count;       // peer lookup samples (idle)
+  int control_count;      // control-op samples
   uint64_t memcpy_total;
   std::vector<int> peer_counts;
   std::vector<int> concurrency;
-  int probes;  // probe requests per (peers, N)
-  int rounds;  // interleaved pairs of bulk rounds (raw TCP, daemons), medians reported
-  int busy_lookups_min;  // lookup samples during bulk, at least
+  int probes;             // probe requests per (peers, N)
+  int rounds;             // interleaved pairs of bulk rounds (raw TCP, daemons), medians reported
+  int busy_lookups_min;   // lookup samples during bulk, at least
   uint64_t request_keys;  // keys of one request in the request-shape rows
 };
 
 Sizes FullSizes() {
-  return Sizes{4096 * kMiB, 3.0, 256 * kMiB, 64 * kMiB, 4, 20000, 2000, 20000, 4096 * kMiB,
-               {1, 4, 16},  {1, 64, 1024, 4096}, 200, 5, 200, 8192};
+  return Sizes{4096 * kMiB, 3.0,        256 * kMiB,          64 * kMiB, 4, 20000, 2000, 20000,
+               4096 * kMiB, {1, 4, 16}, {1, 64, 1024, 4096}, 200,       5, 200,   8192};
 }
 
 Sizes SmokeSizes() {
   // Two pairs of 16 MiB rounds: the median and the interleaving are
   // exercised in about the time the single 32 MiB round took.
-  return Sizes{16 * kMiB, 0.0, 16 * kMiB, 4 * kMiB, 2, 500, 50, 500, 256 * kMiB, {1, 4}, {1, 64, 1024}, 10, 2, 10, 1024};
+  return Sizes{16 * kMiB,  0.0,    16 * kMiB,     4 * kMiB, 2, 500, 50,  500,
+               256 * kMiB, {1, 4}, {1, 64, 1024}, 10,       2, 10,  1024};
 }
 
 Sizes WithOverrides(Sizes sizes, const Options& options) {
@@ -211,12 +212,10 @@ std::string MachineText() {
 json::object Summary(const std::vector<double>& samples) {
   double sum = 0;
   for (double s : samples) sum += s;
-  return json::object{{"count", samples.size()},
-                      {"p50", Percentile(samples, 0.5)},
-                      {"p90", Percentile(samples, 0.9)},
-                      {"p99", Percentile(samples, 0.99)},
-                      {"max", Percentile(samples, 1.0)},
-                      {"mean", samples.empty() ? 0.0 : sum / static_cast<double>(samples.size())}};
+  return json::object{
+      {"count", samples.size()},         {"p50", Percentile(samples, 0.5)},
+      {"p90", Percentile(samples, 0.9)}, {"p99", Percentile(samples, 0.99)},
+      {"max", Percentile(samples, 1.0)}, {"mean", samples.empty() ? 0.0 : sum / static_cast<double>(samples.size())}};
 }
 
 std::string SizeName(uint64_t bytes) {
@@ -237,7 +236,7 @@ struct Baselines {
   std::vector<double> tcp_rtt, unix_rtt;
   std::vector<double> tcp_rtt_paced;  // with kPaceUs between round trips
   std::vector<double> unix_rtt_paced;
-  double unix_echo_cpu_us = 0;        // the Unix echo thread's CPU per round trip
+  double unix_echo_cpu_us = 0;  // the Unix echo thread's CPU per round trip
   double memcpy_gbps = 0;
 };
 
@@ -277,7 +276,8 @@ struct Pair {
     b.Start();
     const uint64_t blocks = sizes.region_bytes / block;
     source = std::make_unique<SourceEngine>(a.socket_path(), block, blocks, 1);
-    bulk = std::make_unique<ConsumerEngine>(b.socket_path(), block, "bench-bulk", std::make_shared<Region>(blocks, block));
+    bulk =
+        std::make_unique<ConsumerEngine>(b.socket_path(), block, "bench-bulk", std::make_shared<Region>(blocks, block));
     side = std::make_unique<ConsumerEngine>(b.socket_path(), block, "bench-lookups", nullptr);
     side->client.Call(request::Connect(a.listen()), "connect");
   }
@@ -335,16 +335,15 @@ json::object BulkJson(const BulkFigures& f) {
 // What the xxh3 feature costs in bulk (issue goals: with checksums on, at
 // least 0.9x the throughput and at most 1.15x the daemons' CPU per GB of the
 // same transfer with them off, as medians of interleaved rounds).
-void ReportChecksumCost(const std::string& name, const std::vector<double>& on_gbps,
-                        const std::vector<double>& on_cpu, const std::vector<double>& off_gbps,
-                        const std::vector<double>& off_cpu, Report& report) {
+void ReportChecksumCost(const std::string& name, const std::vector<double>& on_gbps, const std::vector<double>& on_cpu,
+                        const std::vector<double>& off_gbps, const std::vector<double>& off_cpu, Report& report) {
   Figure off = MedianFigure("bulk_" + name + "_nochecksum_GBps", "bulk fetch " + name + " blocks, checksums off",
                             "GB/s", off_gbps);
   report.Add(off);
   report.Add(MedianFigure("bulk_" + name + "_nochecksum_cpu_s_per_GB",
                           "CPU of both daemons per GB, " + name + ", checksums off", "s/GB", off_cpu));
-  Figure speed = MedianFigure("bulk_" + name + "_checksum_GBps", "bulk fetch " + name + " blocks, checksums on",
-                              "GB/s", on_gbps);
+  Figure speed =
+      MedianFigure("bulk_" + name + "_checksum_GBps", "bulk fetch " + name + " blocks, checksums on", "GB/s", on_gbps);
   speed.baseline = off.value;
   speed.baseline_name = "checksums off";
   speed.Aim(Goal::kRatioMin, 0.9, ">= 0.9x");
@@ -418,8 +417,8 @@ BulkFigures MeasuredUnsealedBulk(Pair& pair, const BulkConfig& config, const std
   return figures;
 }
 
-RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const BulkConfig& config,
-                                  const Sizes& sizes, Report& report, std::vector<std::string>* problems) {
+RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const BulkConfig& config, const Sizes& sizes,
+                                  Report& report, std::vector<std::string>* problems) {
   const std::string name = SizeName(block);
   const RoundLength length{config.total_bytes, config.min_seconds};
   RoundSamples samples;
@@ -464,8 +463,9 @@ RoundSamples RunInterleavedRounds(Pair& pair, Pair* plain, uint64_t block, const
       json::object{{"pairs", sizes.rounds},
                    {"min_bytes", config.total_bytes},
                    {"min_seconds", config.min_seconds},
-                   {"order", "raw TCP, daemons, daemons with checksums off, daemons with the source unsealed "
-                             "(the last two at 1 MiB only), per pair"},
+                   {"order",
+                    "raw TCP, daemons, daemons with checksums off, daemons with the source unsealed "
+                    "(the last two at 1 MiB only), per pair"},
                    {"spread", "min, max and interquartile range (q1, q3 interpolated between closest ranks)"}};
   return samples;
 }
@@ -482,8 +482,8 @@ Figure PairRatioFigure(std::string id, std::string name, const std::vector<doubl
 void ReportRounds(const std::string& name, bool first, const RoundSamples& s, const Sizes& sizes, Report& report) {
   report.Add(MedianFigure("raw_tcp_" + name + "_GBps", "baseline: raw TCP, 1 conn, " + name + " send/recv", "GB/s",
                           s.raw_gbps));
-  report.Add(MedianFigure("raw_tcp_" + name + "_cpu_s_per_GB", "baseline: raw TCP pair CPU, " + name, "s/GB",
-                          s.raw_cpu));
+  report.Add(
+      MedianFigure("raw_tcp_" + name + "_cpu_s_per_GB", "baseline: raw TCP pair CPU, " + name, "s/GB", s.raw_cpu));
   Figure gbps = MedianFigure("bulk_" + name + "_GBps",
                              "bulk fetch >= " + SizeName(sizes.bulk_total) + " per round, " + name + " blocks", "GB/s",
                              s.daemon_gbps);
@@ -491,19 +491,19 @@ void ReportRounds(const std::string& name, bool first, const RoundSamples& s, co
   gbps.baseline_name = "raw TCP";
   gbps.Aim(Goal::kRatioMin, first ? 0.9 : 0.6, first ? ">= 0.9x" : ">= 0.6x");
   report.Add(gbps);
-  Figure cpu = MedianFigure("bulk_" + name + "_cpu_s_per_GB", "CPU of both daemons per GB, " + name, "s/GB",
-                            s.daemon_cpu);
+  Figure cpu =
+      MedianFigure("bulk_" + name + "_cpu_s_per_GB", "CPU of both daemons per GB, " + name, "s/GB", s.daemon_cpu);
   cpu.baseline = SpreadOf(s.raw_cpu).median;
   cpu.baseline_name = "raw pair";
   cpu.Aim(Goal::kRatioMax, 1.25, "<= 1.25x");
   report.Add(cpu);
-  report.Add(MedianFigure("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB",
-                          s.engine_cpu));
+  report.Add(
+      MedianFigure("bulk_" + name + "_engine_cpu_s_per_GB", "bench engine CPU per GB, " + name, "s/GB", s.engine_cpu));
   report.Add(PairRatioFigure("bulk_" + name + "_pair_ratio", "bulk " + name + " / raw TCP, median of pairs",
                              s.daemon_gbps, s.raw_gbps, Goal::kValueMin, 0.9, ">= 0.9x"));
   report.Add(PairRatioFigure("bulk_" + name + "_cpu_pair_ratio",
-                             "daemons' CPU per GB / raw pair's, " + name + ", median of pairs", s.daemon_cpu,
-                             s.raw_cpu, Goal::kValueMax, 1.15, "<= 1.15x"));
+                             "daemons' CPU per GB / raw pair's, " + name + ", median of pairs", s.daemon_cpu, s.raw_cpu,
+                             Goal::kValueMax, 1.15, "<= 1.15x"));
   if (s.plain_gbps.empty()) return;
   ReportChecksumCost(name, s.daemon_gbps, s.daemon_cpu, s.plain_gbps, s.plain_cpu, report);
   report.Add(PairRatioFigure("bulk_" + name + "_checksum_pair_ratio",
@@ -513,8 +513,8 @@ void ReportRounds(const std::string& name, bool first, const RoundSamples& s, co
                              "daemons' CPU per GB checksums on / off, " + name + ", median of pairs", s.daemon_cpu,
                              s.plain_cpu, Goal::kValueMax, 1.15, "<= 1.15x"));
   if (s.unsealed_gbps.empty()) return;
-  report.Add(MedianFigure("bulk_" + name + "_unsealed_GBps", "bulk fetch " + name + " blocks, source unsealed",
-                          "GB/s", s.unsealed_gbps));
+  report.Add(MedianFigure("bulk_" + name + "_unsealed_GBps", "bulk fetch " + name + " blocks, source unsealed", "GB/s",
+                          s.unsealed_gbps));
   report.Add(MedianFigure("bulk_" + name + "_unsealed_cpu_s_per_GB",
                           "CPU of both daemons per GB, " + name + ", source unsealed", "s/GB", s.unsealed_cpu));
   report.Add(PairRatioFigure("bulk_" + name + "_unsealed_pair_ratio",
@@ -556,14 +556,15 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       // The flow before wait_ms, reported beside it (issue 14 item 4).
       auto idle_two = MeasureLookups(pair.side->client, pair.a.listen(), BlockKey(1, 0), sizes.lookup_count, 0,
                                      "idle-lookup-2", nullptr, nullptr, LookupFlow::kTwoCall);
-      auto paced_two = MeasureLookups(pair.side->client, pair.a.listen(), BlockKey(1, 0), sizes.lookup_count,
-                                      kPaceUs, "paced-lookup-2", nullptr, nullptr, LookupFlow::kTwoCall);
+      auto paced_two = MeasureLookups(pair.side->client, pair.a.listen(), BlockKey(1, 0), sizes.lookup_count, kPaceUs,
+                                      "paced-lookup-2", nullptr, nullptr, LookupFlow::kTwoCall);
       const int64_t b_before = pair.b.CpuNs();
       auto control = MeasureControlOps(pair.side->client, sizes.control_count, sizes.control_count / 10);
       const double control_cpu_us =
           static_cast<double>(pair.b.CpuNs() - b_before) / 1e3 / (sizes.control_count + sizes.control_count / 10);
       const double rtt = Percentile(base.tcp_rtt, 0.5);
-      Figure lookup = Fig("lookup_idle_p50_us", "peer lookup p50 (one call, wait_ms), idle", "us", Percentile(idle, 0.5));
+      Figure lookup =
+          Fig("lookup_idle_p50_us", "peer lookup p50 (one call, wait_ms), idle", "us", Percentile(idle, 0.5));
       lookup.baseline = rtt;
       lookup.baseline_name = "TCP RTT p50";
       char text[64];
@@ -583,8 +584,8 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       op99.baseline = Percentile(base.unix_rtt, 0.99);
       op99.baseline_name = "Unix RTT p99";
       report.Add(op99);
-      Figure paced50 = Fig("lookup_idle_paced_p50_us", "peer lookup p50 (one call, wait_ms), idle, 200 us apart",
-                           "us", Percentile(paced, 0.5));
+      Figure paced50 = Fig("lookup_idle_paced_p50_us", "peer lookup p50 (one call, wait_ms), idle, 200 us apart", "us",
+                           Percentile(paced, 0.5));
       // The one-call lookup wakes four processes (engine, two daemons,
       // engine) where the TCP baseline wakes two: its floor is a paced TCP
       // round trip plus the engine's two Unix hops (issue 27 item 4).
@@ -597,9 +598,9 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       two50.baseline = rtt;
       two50.baseline_name = "TCP RTT p50";
       report.Add(two50);
-      Figure paced_two50 = Fig("lookup_idle_paced_two_call_p50_us",
-                               "peer lookup p50 (flush, then again while retry), idle, 200 us apart", "us",
-                               Percentile(paced_two, 0.5));
+      Figure paced_two50 =
+          Fig("lookup_idle_paced_two_call_p50_us",
+              "peer lookup p50 (flush, then again while retry), idle, 200 us apart", "us", Percentile(paced_two, 0.5));
       paced_two50.baseline = Percentile(base.tcp_rtt_paced, 0.5);
       paced_two50.baseline_name = "TCP RTT p50, 200 us apart";
       report.Add(paced_two50);
@@ -615,8 +616,8 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       report.Add(op_cpu);
       // Includes the finish after each lookup and the engine's repeated
       // lookups until the answer is known.
-      report.details()["lookup_cpu_us"] = json::object{{"producer_per_lookup", lookup_cpu_a_us},
-                                                       {"consumer_per_lookup_incl_finish_and_retries", lookup_cpu_b_us}};
+      report.details()["lookup_cpu_us"] = json::object{
+          {"producer_per_lookup", lookup_cpu_a_us}, {"consumer_per_lookup_incl_finish_and_retries", lookup_cpu_b_us}};
       if (idle.empty() || control.empty()) problems->push_back("no lookup or control-op samples");
       if (options.only == "latency") return;
     }
@@ -684,13 +685,13 @@ void RunBulkPart(const std::string& binary, const std::string& dir, const Option
       if (!thread_error.empty()) throw BenchError(thread_error);
       if (!lookup_error.empty()) throw BenchError(lookup_error);
       report.Add(Fig("lookup_busy_p50_us", "peer lookup p50, during bulk on the same connection", "us",
-                  Percentile(busy, 0.5)));
+                     Percentile(busy, 0.5)));
       Figure busy99 = Fig("lookup_busy_p99_us", "peer lookup p99, during bulk on the same connection", "us",
-                    Percentile(busy, 0.99));
+                          Percentile(busy, 0.99));
       busy99.Aim(Goal::kValueMax, 5000, "<= 5000 us");
       report.Add(busy99);
       Figure during = Fig("bulk_" + name + "_with_lookups_GBps", "bulk fetch " + name + " while lookups run", "GB/s",
-                    loaded.result.GBps());
+                          loaded.result.GBps());
       during.baseline = raw_median;
       during.baseline_name = "raw TCP";
       report.Add(during);
@@ -728,19 +729,18 @@ void ReportShape(const std::string& name, const std::string& shape, const ShapeC
     if (s.verified_blocks == 0) problems->push_back("request shape " + name + ": nothing verified");
   }
   const std::string id = "request_" + name + "_";
-  report.Add(MedianFigure(id + "lookup_ms", "lookup of one request (" + shape + "), " + name + ", until no retry",
-                          "ms", lookup_ms));
+  report.Add(MedianFigure(id + "lookup_ms", "lookup of one request (" + shape + "), " + name + ", until no retry", "ms",
+                          lookup_ms));
   // One lookup{wait_ms} resolves the probe (issue 14 item 4); more than one
   // call means its wait ran out. The lookup CPU per key includes repeats.
-  report.Add(MedianFigure(id + "lookup_calls", "lookup{wait_ms} calls until no retry, " + name, "calls",
-                          lookup_calls));
-  report.Add(MedianFigure(id + "load_ms", "load of its blocks in one call, " + name + ", to the poll result", "ms",
-                          load_ms));
+  report.Add(MedianFigure(id + "lookup_calls", "lookup{wait_ms} calls until no retry, " + name, "calls", lookup_calls));
+  report.Add(
+      MedianFigure(id + "load_ms", "load of its blocks in one call, " + name + ", to the poll result", "ms", load_ms));
   report.Add(MedianFigure(id + "load_GBps", "load of one request, " + name + " blocks", "GB/s", load_gbps));
   report.Add(MedianFigure(id + "lookup_daemon_cpu_us_per_key", "both daemons' CPU per key, lookup, " + name, "us",
                           lookup_cpu));
-  report.Add(MedianFigure(id + "load_daemon_cpu_us_per_key", "both daemons' CPU per key, load, " + name, "us",
-                          load_cpu));
+  report.Add(
+      MedianFigure(id + "load_daemon_cpu_us_per_key", "both daemons' CPU per key, load, " + name, "us", load_cpu));
   report.details()["request_" + name] = json::object{{"keys", config.keys},
                                                      {"key_bytes", 36},
                                                      {"block_len", block},
@@ -751,8 +751,8 @@ void ReportShape(const std::string& name, const std::string& shape, const ShapeC
 double MedianPerKey(const std::vector<ShapeSample>& samples, uint64_t keys, bool lookup) {
   std::vector<double> per_key;
   for (const ShapeSample& s : samples) {
-    const double us = lookup ? s.lookup_producer_cpu_us + s.lookup_consumer_cpu_us
-                             : s.load_producer_cpu_us + s.load_consumer_cpu_us;
+    const double us =
+        lookup ? s.lookup_producer_cpu_us + s.lookup_consumer_cpu_us : s.load_producer_cpu_us + s.load_consumer_cpu_us;
     per_key.push_back(us / static_cast<double>(keys));
   }
   return Percentile(per_key, 0.5);
@@ -768,15 +768,16 @@ void AddKeyScalingGuards(const DaemonOptions& daemon, const std::string& dir, co
   small.keys = std::max<uint64_t>(config.keys / 8, 1);
   const std::vector<ShapeSample> samples = MeasureRequestShape(daemon, dir, small);
   for (const ShapeSample& s : samples) {
-    if (s.verified_blocks == 0) problems->push_back("request shape of " + std::to_string(small.keys) + " keys: nothing verified");
+    if (s.verified_blocks == 0)
+      problems->push_back("request shape of " + std::to_string(small.keys) + " keys: nothing verified");
   }
   for (bool lookup : {true, false}) {
     const std::string what = lookup ? "lookup" : "load";
-    Figure f = Fig("guard_request_" + what + "_cpu_per_key_" + std::to_string(config.keys) + "_vs_" +
-                       std::to_string(small.keys),
-                   "guard: both daemons' CPU per key, " + what + " of one request of " + std::to_string(config.keys) +
-                       " vs " + std::to_string(small.keys) + " keys, 16KiB",
-                   "us", MedianPerKey(large, config.keys, lookup));
+    Figure f = Fig(
+        "guard_request_" + what + "_cpu_per_key_" + std::to_string(config.keys) + "_vs_" + std::to_string(small.keys),
+        "guard: both daemons' CPU per key, " + what + " of one request of " + std::to_string(config.keys) + " vs " +
+            std::to_string(small.keys) + " keys, 16KiB",
+        "us", MedianPerKey(large, config.keys, lookup));
     f.baseline = MedianPerKey(samples, small.keys, lookup);
     f.baseline_name = std::to_string(small.keys) + " keys";
     f.Aim(Goal::kRatioMax, 2, "<= 2x per key (<= 16x the request)");
@@ -815,8 +816,7 @@ void AddBurstGuard(const std::map<int, double>& cpu_by_n, Report& report) {
   if (cpu_by_n.size() < 3) return;  // {1, small, large} at least
   const auto large = std::prev(cpu_by_n.end());
   const auto small = std::prev(large);
-  Figure f = Fig("guard_burst_cpu_per_request_" + std::to_string(large->first) + "_vs_" +
-                     std::to_string(small->first),
+  Figure f = Fig("guard_burst_cpu_per_request_" + std::to_string(large->first) + "_vs_" + std::to_string(small->first),
                  "guard: consumer CPU per request, burst of " + std::to_string(large->first) + " vs " +
                      std::to_string(small->first) + " (warm slots, 1 peer)",
                  "us", large->second);
@@ -827,9 +827,8 @@ void AddBurstGuard(const std::map<int, double>& cpu_by_n, Report& report) {
   report.Add(f);
 }
 
-void RunConcurrencyPart(const std::string& binary, const std::string& dir, const Options& options,
-                        const Sizes& sizes, const Baselines& base, Report& report,
-                        std::vector<std::string>* problems) {
+void RunConcurrencyPart(const std::string& binary, const std::string& dir, const Options& options, const Sizes& sizes,
+                        const Baselines& base, Report& report, std::vector<std::string>* problems) {
   constexpr uint64_t kBlock = 64 * kKiB;
   constexpr uint64_t kSourceBlocks = 16;
   const int max_peers = sizes.peer_counts.back();
@@ -861,10 +860,10 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
       const double p50 = Percentile(r.latencies_us, 0.5);
       if (n == 1) p50_at_1 = p50;
       if (peers == sizes.peer_counts.front()) rss_pass[n] = r;
-      const std::string where = std::to_string(n) + " in flight, " + std::to_string(peers) + " peer" +
-                                (peers > 1 ? "s" : "");
+      const std::string where =
+          std::to_string(n) + " in flight, " + std::to_string(peers) + " peer" + (peers > 1 ? "s" : "");
       Figure f = Fig("lookup_load_p50_us_inflight_" + std::to_string(n) + "_peers_" + std::to_string(peers),
-               "lookup+load p50, " + where, "us", p50);
+                     "lookup+load p50, " + where, "us", p50);
       if (n == 1) {
         f.baseline = Percentile(base.tcp_rtt, 0.5);
         f.baseline_name = "TCP RTT p50";
@@ -888,13 +887,13 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
   const auto& low = rss_pass.at(sizes.concurrency.front());
   const auto& high = rss_pass.at(max_n);
   const double per_1000 = 1000.0 / static_cast<double>(max_n - sizes.concurrency.front());
-  Figure rss_c = Fig("consumer_rss_kb_per_1000_inflight", "consumer daemon RSS (anon) per 1000 in-flight requests", "KiB",
-               static_cast<double>(high.consumer_rss_anon_kb - low.consumer_rss_anon_kb) * per_1000);
+  Figure rss_c = Fig("consumer_rss_kb_per_1000_inflight", "consumer daemon RSS (anon) per 1000 in-flight requests",
+                     "KiB", static_cast<double>(high.consumer_rss_anon_kb - low.consumer_rss_anon_kb) * per_1000);
   rss_c.baseline = static_cast<double>(consumer_idle_kb);
   rss_c.baseline_name = "idle daemon RSS";
   report.Add(rss_c);
-  Figure rss_p = Fig("producer_rss_kb_per_1000_inflight", "producer daemons' RSS (anon) per 1000 in-flight requests", "KiB",
-               static_cast<double>(high.producers_rss_anon_kb - low.producers_rss_anon_kb) * per_1000);
+  Figure rss_p = Fig("producer_rss_kb_per_1000_inflight", "producer daemons' RSS (anon) per 1000 in-flight requests",
+                     "KiB", static_cast<double>(high.producers_rss_anon_kb - low.producers_rss_anon_kb) * per_1000);
   rss_p.baseline = static_cast<double>(producers_idle_kb) / max_peers;
   rss_p.baseline_name = "idle daemon RSS";
   report.Add(rss_p);
@@ -909,8 +908,7 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
   for (int peers : sizes.peer_counts) {
     double p50_at_1 = 0;
     for (int n : sizes.concurrency) {
-      Progress("daemons: burst of " + std::to_string(n) + " lookup+load requests, " + std::to_string(peers) +
-               " peers");
+      Progress("daemons: burst of " + std::to_string(n) + " lookup+load requests, " + std::to_string(peers) + " peers");
       const std::string tag = "burst-" + std::to_string(peers) + "-" + std::to_string(n);
       // Small bursts are repeated so every row has about `probes` samples.
       BurstResult r;
@@ -924,10 +922,10 @@ void RunConcurrencyPart(const std::string& binary, const std::string& dir, const
       }
       const double p50 = Percentile(r.latencies_us, 0.5);
       if (n == 1) p50_at_1 = p50;
-      const std::string where = std::to_string(n) + " at once, " + std::to_string(peers) + " peer" +
-                                (peers > 1 ? "s" : "");
+      const std::string where =
+          std::to_string(n) + " at once, " + std::to_string(peers) + " peer" + (peers > 1 ? "s" : "");
       Figure f = Fig("lookup_load_p50_us_burst_" + std::to_string(n) + "_peers_" + std::to_string(peers),
-               "lookup+load p50, " + where, "us", p50);
+                     "lookup+load p50, " + where, "us", p50);
       f.baseline = n == 1 ? Percentile(base.tcp_rtt, 0.5) : p50_at_1;
       f.baseline_name = n == 1 ? "TCP RTT p50" : "same, 1 at once";
       report.Add(f);
@@ -989,7 +987,8 @@ int Run(int argc, char** argv) {
   try {
     const bool all = options.only.empty();
     Baselines base = RunBaselines(sizes, report);
-    if (all || options.only == "bulk" || options.only == "latency") RunBulkPart(binary, dir, options, sizes, base, report, &problems);
+    if (all || options.only == "bulk" || options.only == "latency")
+      RunBulkPart(binary, dir, options, sizes, base, report, &problems);
     if (all || options.only == "shapes") RunShapesPart(binary, dir, options, sizes, report, &problems);
     if (all || options.only == "concurrency") {
       RunConcurrencyPart(binary, dir, options, sizes, base, report, &problems);

@@ -30,8 +30,8 @@ std::string Pad(const std::string& text, size_t width) {
 
 // "min..max, IQR q1..q3, n=count" in the figure's unit.
 std::string SpreadText(const Spread& s) {
-  return Number(s.min) + ".." + Number(s.max) + ", IQR " + Number(s.q1) + ".." + Number(s.q3) + ", n=" +
-         std::to_string(s.count);
+  return Number(s.min) + ".." + Number(s.max) + ", IQR " + Number(s.q1) + ".." + Number(s.q3) +
+         ", n=" + std::to_string(s.count);
 }
 
 }  // namespace
@@ -53,8 +53,8 @@ Figure MedianFigure(std::string id, std::string name, std::string unit, const st
 }
 
 json::object SpreadJson(const Spread& s) {
-  return json::object{{"count", s.count}, {"min", s.min},       {"q1", s.q1},       {"median", s.median},
-                      {"q3", s.q3},       {"max", s.max},       {"iqr", s.Iqr()}};
+  return json::object{{"count", s.count}, {"min", s.min}, {"q1", s.q1},    {"median", s.median},
+                      {"q3", s.q3},       {"max", s.max}, {"iqr", s.Iqr()}};
 }
 
 std::optional<double> Figure::Ratio() const {
@@ -64,9 +64,12 @@ std::optional<double> Figure::Ratio() const {
 
 std::optional<bool> Figure::Met() const {
   switch (goal) {
-    case Goal::kNone: return std::nullopt;
-    case Goal::kValueMax: return value <= target;
-    case Goal::kValueMin: return value >= target;
+    case Goal::kNone:
+      return std::nullopt;
+    case Goal::kValueMax:
+      return value <= target;
+    case Goal::kValueMin:
+      return value >= target;
     case Goal::kRatioMin: {
       auto ratio = Ratio();
       return ratio && *ratio >= target;

@@ -59,11 +59,15 @@ std::string AccessHint(const std::string& path) {
 std::string ConnectProblem(const std::string& path, int error) {
   std::string why = std::strerror(error);
   switch (error) {
-    case ENOENT: return Unreachable(path, why + " (is the daemon running?)");
-    case ECONNREFUSED: return Unreachable(path, why + " (is the daemon running? the socket file may be stale)");
+    case ENOENT:
+      return Unreachable(path, why + " (is the daemon running?)");
+    case ECONNREFUSED:
+      return Unreachable(path, why + " (is the daemon running? the socket file may be stale)");
     case EACCES:
-    case EPERM: return Unreachable(path, why + " (" + AccessHint(path) + ")");
-    default: return Unreachable(path, why);
+    case EPERM:
+      return Unreachable(path, why + " (" + AccessHint(path) + ")");
+    default:
+      return Unreachable(path, why);
   }
 }
 

@@ -140,7 +140,8 @@ std::string DaemonError(const std::string& command, const json::object& response
     }
   }
   // The message may quote a peer's or an engine's strings.
-  return "kvpeerctl: " + command + " failed: " + kvpeer::config::Printable(code) + ": " + kvpeer::config::Printable(message) + "\n";
+  return "kvpeerctl: " + command + " failed: " + kvpeer::config::Printable(code) + ": " +
+         kvpeer::config::Printable(message) + "\n";
 }
 
 // What a successful answer prints.

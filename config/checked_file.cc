@@ -34,9 +34,9 @@ FileCheck Examine(int fd, const std::string& path, const FileRule& rule) {
   if (::fstat(fd, &info) != 0) return Problem(FileProblem::kCannotExamine, path, "cannot be examined: " + Errno());
   if (!S_ISREG(info.st_mode)) return Problem(FileProblem::kNotRegular, path, "is not a regular file");
   if ((info.st_mode & rule.forbidden_bits) != 0) {
-    return Problem(FileProblem::kModeForbidden, path,
-                   std::string(rule.forbidden_what) + " (mode " + OctalMode(info.st_mode) + "); allowed: " +
-                       rule.allowed);
+    return Problem(
+        FileProblem::kModeForbidden, path,
+        std::string(rule.forbidden_what) + " (mode " + OctalMode(info.st_mode) + "); allowed: " + rule.allowed);
   }
   if (static_cast<uint64_t>(info.st_size) > rule.max_bytes) {
     return Problem(FileProblem::kTooLarge, path,

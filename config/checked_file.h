@@ -41,7 +41,7 @@ struct FileRule {
   const char* forbidden_what = "";  // "grants permissions to group or others"
   const char* allowed = "";         // "owner-only, e.g. chmod 600"
   uint64_t max_bytes = 0;
-  const char* kind = "";            // "a key file", in the size message
+  const char* kind = "";  // "a key file", in the size message
 };
 
 // Owner-only secrets: the PSK and the TLS private key (wire spec 1.1

@@ -245,13 +245,9 @@ Status ApplyIds(const std::vector<std::string>& raw, bool group, std::vector<uin
   return Status::Ok();
 }
 
-Status ApplyAllowUid(const std::vector<std::string>& raw, Settings* s) {
-  return ApplyIds(raw, false, &s->allow_uids);
-}
+Status ApplyAllowUid(const std::vector<std::string>& raw, Settings* s) { return ApplyIds(raw, false, &s->allow_uids); }
 
-Status ApplyAllowGid(const std::vector<std::string>& raw, Settings* s) {
-  return ApplyIds(raw, true, &s->allow_gids);
-}
+Status ApplyAllowGid(const std::vector<std::string>& raw, Settings* s) { return ApplyIds(raw, true, &s->allow_gids); }
 
 Status ApplyPublisherUid(const std::vector<std::string>& raw, Settings* s) {
   return ApplyIds(raw, false, &s->publisher_uids);
@@ -325,17 +321,11 @@ Status ApplyPath(const std::string& raw, std::string* out) {
   return Status::Ok();
 }
 
-Status ApplyTlsCert(const std::vector<std::string>& raw, Settings* s) {
-  return ApplyPath(raw.front(), &s->tls_cert);
-}
+Status ApplyTlsCert(const std::vector<std::string>& raw, Settings* s) { return ApplyPath(raw.front(), &s->tls_cert); }
 
-Status ApplyTlsKey(const std::vector<std::string>& raw, Settings* s) {
-  return ApplyPath(raw.front(), &s->tls_key);
-}
+Status ApplyTlsKey(const std::vector<std::string>& raw, Settings* s) { return ApplyPath(raw.front(), &s->tls_key); }
 
-Status ApplyTlsCa(const std::vector<std::string>& raw, Settings* s) {
-  return ApplyPath(raw.front(), &s->tls_ca);
-}
+Status ApplyTlsCa(const std::vector<std::string>& raw, Settings* s) { return ApplyPath(raw.front(), &s->tls_ca); }
 
 // A bound on each TLS file: a CA bundle of every public root is ~250 KiB.
 constexpr uint64_t kMaxTlsFileBytes = 4 * 1024 * 1024;
@@ -352,13 +342,12 @@ void CheckTlsFiles(const Settings& s, std::vector<std::string>* problems) {
   for (const auto& [name, path] : files) (path->empty() ? missing : given) += std::string(name) + " ";
   if (given.empty()) return;
   if (!missing.empty()) {
-    problems->push_back("tls-cert, tls-key, tls-ca: give all three or none (missing: " +
-                        missing.substr(0, missing.size() - 1) + ")");
+    problems->push_back(
+        "tls-cert, tls-key, tls-ca: give all three or none (missing: " + missing.substr(0, missing.size() - 1) + ")");
     return;
   }
   for (const auto& [name, path] : files) {
-    const FileRule rule =
-        path == &s.tls_key ? SecretFileRule(kMaxTlsFileBytes) : TrustedFileRule(kMaxTlsFileBytes);
+    const FileRule rule = path == &s.tls_key ? SecretFileRule(kMaxTlsFileBytes) : TrustedFileRule(kMaxTlsFileBytes);
     const FileCheck check = ReadCheckedFile(*path, rule, nullptr);
     if (!check.ok()) problems->push_back(std::string(name) + ": " + check.message);
   }
@@ -503,9 +492,10 @@ std::vector<OptionSpec> BuildOptions() {
                      .effective = [](const Settings& s) { return IdsJson(s.publisher_gids); }});
   options.push_back({.name = "operator-uid",
                      .value_name = "UID|USER",
-                     .help = "local users who may connect and disconnect peers, besides root and the daemon's own "
-                             "uid; repeatable or comma-separated (default: none, and with operator-gid unset every socket "
-                             "user may)",
+                     .help =
+                         "local users who may connect and disconnect peers, besides root and the daemon's own "
+                         "uid; repeatable or comma-separated (default: none, and with operator-gid unset every socket "
+                         "user may)",
                      .repeatable = true,
                      .apply = ApplyOperatorUid,
                      .effective = [](const Settings& s) { return IdsJson(s.operator_uids); }});
@@ -599,81 +589,77 @@ std::vector<OptionSpec> BuildOptions() {
                      .apply = ApplyHandshakeTimeout,
                      .effective = [](const Settings& s) { return json::value(s.handshake_timeout.count()); }});
   // docs/operations.md, "Idle peer connections".
-  options.push_back({.name = "idle-peer-timeout-s",
-                     .value_name = "S",
-                     .default_text = "300",
-                     .help = "a peer connection without work for S seconds is closed (disconnect 'idle') and "
-                             "redialled on the next work, 0..86400; 0 keeps connections forever",
-                     .live = true,
-                     .copy_live =
-                         [](const Settings& from, Settings* to) { to->idle_peer_timeout = from.idle_peer_timeout; },
-                     .apply = ApplyIdlePeerTimeout,
-                     .effective = [](const Settings& s) { return json::value(s.idle_peer_timeout.count()); }});
+  options.push_back(
+      {.name = "idle-peer-timeout-s",
+       .value_name = "S",
+       .default_text = "300",
+       .help = "a peer connection without work for S seconds is closed (disconnect 'idle') and "
+               "redialled on the next work, 0..86400; 0 keeps connections forever",
+       .live = true,
+       .copy_live = [](const Settings& from, Settings* to) { to->idle_peer_timeout = from.idle_peer_timeout; },
+       .apply = ApplyIdlePeerTimeout,
+       .effective = [](const Settings& s) { return json::value(s.idle_peer_timeout.count()); }});
   // Server-role round bounds (wire-protocol.md section 6, docs/operations.md).
   options.push_back({.name = "round-timeout-s",
                      .value_name = "S",
                      .default_text = "30",
                      .help = "server role: a peer's lookup round with pinned hits and no fetch is retired after S "
                              "seconds, its pins released",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplySeconds(raw.front(), &s->round_timeout);
-                     },
+                     .apply = [](const std::vector<std::string>& raw,
+                                 Settings* s) { return ApplySeconds(raw.front(), &s->round_timeout); },
                      .effective = [](const Settings& s) { return json::value(s.round_timeout.count()); }});
   options.push_back({.name = "unbound-timeout-s",
                      .value_name = "S",
                      .default_text = "60",
                      .help = "server role: a disaggregated fetch still waiting for store supply after S seconds "
                              "is answered transfer_done false",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplySeconds(raw.front(), &s->unbound_timeout);
-                     },
+                     .apply = [](const std::vector<std::string>& raw,
+                                 Settings* s) { return ApplySeconds(raw.front(), &s->unbound_timeout); },
                      .effective = [](const Settings& s) { return json::value(s.unbound_timeout.count()); }});
-  options.push_back({.name = "max-round-key-bytes",
-                     .value_name = "N",
-                     .default_text = "67108864",
-                     .help = "server role: key bytes (raw bytes + 128 a key) all open rounds of one peer connection "
-                             "may hold, 65536..1099511627776; beyond it a lookup answers all-miss, a fetch fails",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_round_key_bytes);
-                     },
-                     .effective = [](const Settings& s) { return json::value(s.max_round_key_bytes); }});
+  options.push_back(
+      {.name = "max-round-key-bytes",
+       .value_name = "N",
+       .default_text = "67108864",
+       .help = "server role: key bytes (raw bytes + 128 a key) all open rounds of one peer connection "
+               "may hold, 65536..1099511627776; beyond it a lookup answers all-miss, a fetch fails",
+       .apply = [](const std::vector<std::string>& raw,
+                   Settings* s) { return ApplyCount(raw.front(), 65536, 1099511627776, &s->max_round_key_bytes); },
+       .effective = [](const Settings& s) { return json::value(s.max_round_key_bytes); }});
   options.push_back({.name = "max-seal-bytes",
                      .value_name = "N",
                      .default_text = "1073741824",
                      .help = "bytes one sealed publish or store may hash (distinct block ids x block-len), "
                              "4096..2^46; beyond it the request answers conflict",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplyCount(raw.front(), 4096, 1ull << 46, &s->max_seal_bytes);
-                     },
+                     .apply = [](const std::vector<std::string>& raw,
+                                 Settings* s) { return ApplyCount(raw.front(), 4096, 1ull << 46, &s->max_seal_bytes); },
                      .effective = [](const Settings& s) { return json::value(s.max_seal_bytes); }});
   options.push_back({.name = "max-keys-per-slot",
                      .value_name = "N",
                      .default_text = "16",
                      .help = "keys one engine may publish at one block id, 1..1024; a publish beyond it answers "
                              "conflict",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplyCount(raw.front(), 1, 1024, &s->max_keys_per_slot);
-                     },
+                     .apply = [](const std::vector<std::string>& raw,
+                                 Settings* s) { return ApplyCount(raw.front(), 1, 1024, &s->max_keys_per_slot); },
                      .effective = [](const Settings& s) { return json::value(s.max_keys_per_slot); }});
-  options.push_back({.name = "max-published-key-bytes",
-                     .value_name = "N",
-                     .default_text = "268435456",
-                     .help = "bytes of the keys one engine publishes (key bytes + 96 a key), 65536..2^40; a publish "
-                             "beyond it answers conflict",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_published_key_bytes);
-                     },
-                     .effective = [](const Settings& s) { return json::value(s.max_published_key_bytes); }});
-  options.push_back({.name = "max-open-request-bytes",
-                     .value_name = "N",
-                     .default_text = "33554432",
-                     .help = "bytes of one engine's unfinished requests (twice the id bytes + 512, per request "
-                             "and per peer it names), 65536..2^40; a lookup, load or store of a new request beyond "
-                             "it answers conflict",
-                     .apply = [](const std::vector<std::string>& raw, Settings* s) {
-                       return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_open_request_bytes);
-                     },
-                     .effective = [](const Settings& s) { return json::value(s.max_open_request_bytes); }});
+  options.push_back(
+      {.name = "max-published-key-bytes",
+       .value_name = "N",
+       .default_text = "268435456",
+       .help = "bytes of the keys one engine publishes (key bytes + 96 a key), 65536..2^40; a publish "
+               "beyond it answers conflict",
+       .apply = [](const std::vector<std::string>& raw,
+                   Settings* s) { return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_published_key_bytes); },
+       .effective = [](const Settings& s) { return json::value(s.max_published_key_bytes); }});
+  options.push_back(
+      {.name = "max-open-request-bytes",
+       .value_name = "N",
+       .default_text = "33554432",
+       .help = "bytes of one engine's unfinished requests (twice the id bytes + 512, per request "
+               "and per peer it names), 65536..2^40; a lookup, load or store of a new request beyond "
+               "it answers conflict",
+       .apply = [](const std::vector<std::string>& raw,
+                   Settings* s) { return ApplyCount(raw.front(), 65536, 1ull << 40, &s->max_open_request_bytes); },
+       .effective = [](const Settings& s) { return json::value(s.max_open_request_bytes); }});
   options.push_back({.name = "features",
                      .value_name = "LIST",
                      .default_text = "xxh3",
@@ -951,8 +937,8 @@ std::vector<SettingChange> DiffSettings(const Settings& before, const Settings& 
     if (old_value != new_value) {
       changes.push_back({std::string(option.name), ForLog(old_value), ForLog(new_value), option.live});
     } else if (option.name == "psk-file" && before.psk != after.psk) {
-      changes.push_back({std::string(option.name), ForLog(old_value), ForLog(new_value) + " (key changed)",
-                         option.live});
+      changes.push_back(
+          {std::string(option.name), ForLog(old_value), ForLog(new_value) + " (key changed)", option.live});
     }
   }
   return changes;

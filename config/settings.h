@@ -118,7 +118,7 @@ struct Settings {
   // docs/wire-protocol.md, "7.10 Block checksums"); by
   // default every supported one. Empty = none (a 1.0-compatible node).
   std::vector<std::string> features = protocol::SupportedFeatures();
-  std::string log_level = "info";  // trace, debug, info, warn, error
+  std::string log_level = "info";          // trace, debug, info, warn, error
   std::optional<HostPort> metrics_listen;  // --metrics-listen; unset = no HTTP metrics listener
   // Nothing before authentication (wire spec section 4, item 6): accepted
   // peer connections still handshaking, in all and from one source address;

@@ -183,16 +183,33 @@ class Reader {
     if (AtEnd() || Peek() == '\n') return Error("the string value of '" + key + "' has no closing quote");
     char c = text_[pos_++];
     switch (c) {
-      case '"': value->push_back('"'); return Status::Ok();
-      case '\\': value->push_back('\\'); return Status::Ok();
-      case 'b': value->push_back('\b'); return Status::Ok();
-      case 'f': value->push_back('\f'); return Status::Ok();
-      case 'n': value->push_back('\n'); return Status::Ok();
-      case 'r': value->push_back('\r'); return Status::Ok();
-      case 't': value->push_back('\t'); return Status::Ok();
-      case 'u': return ReadUnicodeEscape(key, 4, value);
-      case 'U': return ReadUnicodeEscape(key, 8, value);
-      default: return Error("invalid escape '\\" + std::string(1, c) + "' in the value of '" + key + "'");
+      case '"':
+        value->push_back('"');
+        return Status::Ok();
+      case '\\':
+        value->push_back('\\');
+        return Status::Ok();
+      case 'b':
+        value->push_back('\b');
+        return Status::Ok();
+      case 'f':
+        value->push_back('\f');
+        return Status::Ok();
+      case 'n':
+        value->push_back('\n');
+        return Status::Ok();
+      case 'r':
+        value->push_back('\r');
+        return Status::Ok();
+      case 't':
+        value->push_back('\t');
+        return Status::Ok();
+      case 'u':
+        return ReadUnicodeEscape(key, 4, value);
+      case 'U':
+        return ReadUnicodeEscape(key, 8, value);
+      default:
+        return Error("invalid escape '\\" + std::string(1, c) + "' in the value of '" + key + "'");
     }
   }
 

@@ -162,9 +162,9 @@ int Daemon::Run() {
   options.socket_group = settings_.socket_group;
   options.allow_uids = settings_.allow_uids;
   options.allow_gids = settings_.allow_gids;
-  options.access = AccessPolicy(static_cast<uint32_t>(::geteuid()),
-                                GrantedIds{settings_.publisher_uids, settings_.publisher_gids},
-                                GrantedIds{settings_.operator_uids, settings_.operator_gids});
+  options.access =
+      AccessPolicy(static_cast<uint32_t>(::geteuid()), GrantedIds{settings_.publisher_uids, settings_.publisher_gids},
+                   GrantedIds{settings_.operator_uids, settings_.operator_gids});
   options.max_connections = settings_.max_control_connections;
   parts_->control = std::make_unique<ControlServer>(io_, std::move(options), parts_->engines);
   if (Status error = parts_->control->Start(); !error.ok()) {

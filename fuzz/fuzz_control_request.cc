@@ -194,9 +194,9 @@ const std::vector<OpSpec>& Ops() {
         [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 1, &f.block_ids); },
         [](RequestReader& r, Fields& f) { r.OptionalBool("seal", &f.seal); }},
        true},
-      {"finish",
-       {"kv_request_id"},
-       {[](RequestReader& r, Fields& f) { r.IdString("kv_request_id", &f.kv_request_id); }}},
+      {"finish", {"kv_request_id"}, {[](RequestReader& r, Fields& f) {
+         r.IdString("kv_request_id", &f.kv_request_id);
+       }}},
       {"poll", {"wait_ms"}, {[](RequestReader& r, Fields& f) { r.OptionalUint("wait_ms", kMaxWaitMs, &f.wait_ms); }}},
       {"connect", {"peer"}, {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); }}},
       {"disconnect", {"peer"}, {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); }}},
@@ -219,9 +219,7 @@ void CheckSpecsCoverOpTable() {
   for (const ControlOp& row : ControlOps()) Check(SpecOf(row.name) != nullptr);
 }
 
-bool SameStatus(const Status& a, const Status& b) {
-  return a.code() == b.code() && a.message() == b.message();
-}
+bool SameStatus(const Status& a, const Status& b) { return a.code() == b.code() && a.message() == b.message(); }
 
 // ---- what accepted fields must satisfy --------------------------------------
 
@@ -248,8 +246,10 @@ void CheckPeer(const json::object& request, const std::string& peer) {
 
 void CheckUint(const json::value& value, uint64_t max, uint64_t got) {
   Check(got <= max);
-  if (const uint64_t* u = value.if_uint64()) Check(*u == got);
-  else Check(value.is_int64() && value.get_int64() >= 0 && static_cast<uint64_t>(value.get_int64()) == got);
+  if (const uint64_t* u = value.if_uint64())
+    Check(*u == got);
+  else
+    Check(value.is_int64() && value.get_int64() >= 0 && static_cast<uint64_t>(value.get_int64()) == got);
 }
 
 void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields& f) {
@@ -290,8 +290,10 @@ void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields
       CheckUint(request.at(field), kMaxNumBlocks, f.num_blocks);
     } else if (field == "job_id") {
       const json::value& value = request.at(field);
-      if (const int64_t* i = value.if_int64()) Check(*i == f.job_id);
-      else Check(value.is_uint64() && static_cast<int64_t>(value.get_uint64()) == f.job_id && f.job_id >= 0);
+      if (const int64_t* i = value.if_int64())
+        Check(*i == f.job_id);
+      else
+        Check(value.is_uint64() && static_cast<int64_t>(value.get_uint64()) == f.job_id && f.job_id >= 0);
     } else if (field == "path") {
       Check(f.path.has_value() == request.contains(field));
       if (f.path) CheckString(request, field, 1, kMaxPathChars, *f.path);

@@ -86,8 +86,8 @@ void CheckFrame(Driver& d) {
   const Message& message = d.decoder.message();
   Message again;
   const DecodeContext context{kBlockLen};
-  const Status status = kvpeer::protocol::DecodeHeader(kvpeer::protocol::EncodeHeader(message),
-                                                       d.decoder.payload_len(), context, &again);
+  const Status status =
+      kvpeer::protocol::DecodeHeader(kvpeer::protocol::EncodeHeader(message), d.decoder.payload_len(), context, &again);
   Check(status.ok() && again == RoundTripped(message));
 
   // Feed stops right after a frame's last byte, so the payload is the tail

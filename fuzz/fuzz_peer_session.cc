@@ -79,10 +79,10 @@ namespace {
 namespace protocol = kvpeer::protocol;
 namespace session = kvpeer::session;
 using kvpeer::Status;
-using protocol::SlotIndex;
 using protocol::Key;
 using protocol::Message;
 using protocol::RoundSeq;
+using protocol::SlotIndex;
 using session::JobId;
 using session::PeerSession;
 using session::PinRef;
@@ -335,21 +335,21 @@ class Harness {
   Index index_{region_};
   bool dialled_ = false;
   bool psk_ = false;
-  size_t max_rounds_ = 0;  // the server role's round limit (0 = none)
+  size_t max_rounds_ = 0;                          // the server role's round limit (0 = none)
   std::optional<protocol::Connect> peer_connect_;  // the connect the session accepted
   std::optional<protocol::Connect> own_connect_;
   std::optional<std::string> last_ping_nonce_;  // the session's, for pong
 
   std::map<JobId, LoadModel> loads_;
   std::map<JobId, StoreModel> stores_;
-  std::deque<JobId> fetch_owed_;                 // loads whose fetch has not left yet, in order
+  std::deque<JobId> fetch_owed_;  // loads whose fetch has not left yet, in order
   std::map<RoundSeq, JobId> load_by_round_;
-  std::set<RoundSeq> fetch_rounds_;              // every round a non-empty fetch of ours used
+  std::set<RoundSeq> fetch_rounds_;                // every round a non-empty fetch of ours used
   std::vector<protocol::Lookup> session_lookups_;  // the session's lookups, newest last
-  std::vector<RoundKey> client_rounds_;          // rounds of the session's lookups and fetches
-  std::set<std::string> fetched_kvs_;            // kv ids we fetched from the session
+  std::vector<RoundKey> client_rounds_;            // rounds of the session's lookups and fetches
+  std::set<std::string> fetched_kvs_;              // kv ids we fetched from the session
   std::map<RoundKey, ServedRound> served_;
-  std::set<RoundKey> acked_;                     // abort_ack tombstones, as the server keeps them
+  std::set<RoundKey> acked_;  // abort_ack tombstones, as the server keeps them
   JobId next_job_ = 1;
 
   // What the session sent during the current call.
@@ -423,16 +423,35 @@ protocol::Connect Harness::PeerConnect(uint8_t variant) const {
   c.hash_seed = std::string(kHashSeed);
   c.nonce = std::string(kPeerNonce);
   switch (variant % 10) {
-    case 1: c.block_len = kBlockLen * 2; break;
-    case 2: c.config_fingerprint = "other"; break;
-    case 3: c.hash_seed = "other"; break;
-    case 4: c.epoch = std::string(kOwnEpoch); break;
-    case 5: c.peer_id = "other:1"; break;  // a mismatch only when dialled
-    case 6: c.wire_minor = 7; break;       // compatible
-    case 7: c.wire_major = 2; break;
-    case 8: c.config_fingerprint = std::string(300, 'x'); break;
-    case 9: c.features = {std::string(protocol::kFeatureXxh3), "unknown-feature"}; break;  // valid: checksums on
-    default: break;
+    case 1:
+      c.block_len = kBlockLen * 2;
+      break;
+    case 2:
+      c.config_fingerprint = "other";
+      break;
+    case 3:
+      c.hash_seed = "other";
+      break;
+    case 4:
+      c.epoch = std::string(kOwnEpoch);
+      break;
+    case 5:
+      c.peer_id = "other:1";
+      break;  // a mismatch only when dialled
+    case 6:
+      c.wire_minor = 7;
+      break;  // compatible
+    case 7:
+      c.wire_major = 2;
+      break;
+    case 8:
+      c.config_fingerprint = std::string(300, 'x');
+      break;
+    case 9:
+      c.features = {std::string(protocol::kFeatureXxh3), "unknown-feature"};
+      break;  // valid: checksums on
+    default:
+      break;
   }
   return c;
 }
@@ -453,13 +472,26 @@ protocol::ConnectAck Harness::PeerConnectAck(uint8_t variant) const {
   a.epoch = peer_connect_ ? peer_connect_->epoch : std::string(kPeerEpoch);
   if (psk_) a.proof = PeerProof(kPsk);
   switch (variant % 7) {
-    case 1: a.proof.reset(); break;
-    case 2: a.proof = std::string(64, 'a'); break;
-    case 3: a.epoch = Token(77); break;
-    case 4: a.peer_id = "other:1"; break;
-    case 5: a.wire_major = 3; break;
-    case 6: a.proof = PeerProof("wrong key"); break;
-    default: break;
+    case 1:
+      a.proof.reset();
+      break;
+    case 2:
+      a.proof = std::string(64, 'a');
+      break;
+    case 3:
+      a.epoch = Token(77);
+      break;
+    case 4:
+      a.peer_id = "other:1";
+      break;
+    case 5:
+      a.wire_major = 3;
+      break;
+    case 6:
+      a.proof = PeerProof("wrong key");
+      break;
+    default:
+      break;
   }
   return a;
 }
@@ -471,14 +503,14 @@ protocol::ConnectAck Harness::PeerConnectAck(uint8_t variant) const {
 void Harness::Deliver(const Message& message) {
   const bool block_data = std::holds_alternative<protocol::BlockData>(message);
   Message decoded;
-  const uint64_t payload_len =
-      block_data ? std::get<protocol::BlockData>(message).block_indexes.size() * kBlockLen : 0;
+  const uint64_t payload_len = block_data ? std::get<protocol::BlockData>(message).block_indexes.size() * kBlockLen : 0;
   const std::string header = protocol::EncodeHeader(message);
   if (!protocol::DecodeHeader(header, payload_len, protocol::DecodeContext{kBlockLen}, &decoded).ok()) return;
   // The daemon's decoder refuses a frame beyond the session's inbound limits
   // (wire 1.1 section 2: before ready no payload, 64 KiB of header) from its
   // prefix; nothing of it reaches the session, which closes.
-  if (!closed() && (header.size() > session_->MaxInboundHeaderLen() || payload_len > session_->MaxInboundPayloadLen())) {
+  if (!closed() &&
+      (header.size() > session_->MaxInboundHeaderLen() || payload_len > session_->MaxInboundPayloadLen())) {
     session_->Close(session::CloseCause::kMalformedFrame, "frame beyond the inbound limits", true);
     return;
   }
@@ -511,8 +543,8 @@ Status Harness::Dispatch(const Message& message, bool role) {
 void Harness::Inbound(const protocol::Connect& m) {
   const bool first = !peer_connect_;
   const bool acceptable = m.wire_major == protocol::kWireMajor && m.block_len == kBlockLen &&
-                          m.config_fingerprint == kFingerprint && m.hash_seed == kHashSeed &&
-                          m.epoch != kOwnEpoch && (!dialled_ || m.peer_id == kPeerId) &&
+                          m.config_fingerprint == kFingerprint && m.hash_seed == kHashSeed && m.epoch != kOwnEpoch &&
+                          (!dialled_ || m.peer_id == kPeerId) &&
                           (!psk_ || m.wire_minor >= protocol::kMinWireMinorWithPsk);
   const Status status = Dispatch(m, false);
   if (first && acceptable) {
@@ -529,7 +561,7 @@ void Harness::Inbound(const protocol::ConnectAck& m) {
   const bool was_ready = session_->ready();
   const Status status = Dispatch(m, false);
   if (!peer_connect_) Check(!status.ok());  // an ack must follow the connect
-  if (was_ready) Check(!status.ok());        // a second connect_ack is a violation (1.1)
+  if (was_ready) Check(!status.ok());       // a second connect_ack is a violation (1.1)
   // A PSK acceptor answers the dialer's accepted proof with its own ack.
   if (status.ok() && psk_ && !dialled_) Check(sent_connect_acks_ == 1);
   if (status.ok() && !was_ready) {
@@ -574,8 +606,10 @@ void Harness::Inbound(const protocol::Lookup& m) {
   const bool refused = session_->RoundsRefused() != refused_before;
   if (refused) Check(max_rounds_ != 0);
   for (size_t i = 0; i < m.keys.size(); ++i) {
-    if (refused) Check(!sent_lookup_resp_->hits[i]);
-    else if (index_.published.contains(m.keys[i])) Check(sent_lookup_resp_->hits[i]);
+    if (refused)
+      Check(!sent_lookup_resp_->hits[i]);
+    else if (index_.published.contains(m.keys[i]))
+      Check(sent_lookup_resp_->hits[i]);
   }
 }
 
@@ -693,8 +727,11 @@ protocol::BlockChecksums Harness::PickChecksums(size_t blocks) {
   const uint8_t mode = in_.Byte();
   std::vector<uint64_t> values;
   switch (mode % 4) {
-    case 0: return {};
-    case 1: values.resize(blocks + 1 + (mode >> 7)); break;
+    case 0:
+      return {};
+    case 1:
+      values.resize(blocks + 1 + (mode >> 7));
+      break;
     case 2: {
       const std::vector<uint8_t> filled(kBlockLen, 0x01);
       values.assign(blocks, protocol::BlockChecksum(std::as_bytes(std::span(filled))));
@@ -795,7 +832,7 @@ void Harness::Observe(const session::OutFrame& frame) {
 
 std::string Harness::PickKv() {
   const uint8_t b = in_.Byte();
-  if (b == 0xff) return std::string();                            // invalid: empty
+  if (b == 0xff) return std::string();                                    // invalid: empty
   if (b == 0xfe) return std::string(protocol::kMaxStringChars + 1, 'x');  // invalid: too long
   return std::string(kKvIds[b & 3]);
 }
@@ -839,7 +876,7 @@ void Harness::RequestBlocks() {
     indexes[i] = (mode & 2) != 0 ? in_.Byte() & 15 : static_cast<SlotIndex>(base + i);  // may repeat
   }
   if ((mode & 0x40) != 0 && !indexes.empty()) indexes.back() = 0x80000000u;  // beyond the wire's range
-  if ((mode & 0x80) != 0 && !indexes.empty()) indexes.pop_back();           // lengths differ
+  if ((mode & 0x80) != 0 && !indexes.empty()) indexes.pop_back();            // lengths differ
   auto sink = std::make_shared<Sink>(indexes);
   // Recorded first: a ready session sends the fetch from inside the call.
   loads_[job] = LoadModel{kv, indexes, sink, std::nullopt, {}, false, false};
@@ -865,15 +902,15 @@ void Harness::AddSupply() {
   std::vector<PinRef> pins;
   for (const Key& key : keys) pins.push_back(std::make_shared<FuzzPin>(region_, in_.Byte(), key, job));
   if ((mode & 1) != 0 && !pins.empty()) pins.back() = nullptr;  // not pinned: rejected
-  if ((mode & 2) != 0) keys.push_back(KeyOf(mode >> 4));         // lengths differ: rejected
+  if ((mode & 2) != 0) keys.push_back(KeyOf(mode >> 4));        // lengths differ: rejected
   stores_[job] = StoreModel{kv, false};
   session_->AddSupply(job, kv, std::move(keys), std::move(pins));
 }
 
 void Harness::ClockTick() {
   static constexpr std::chrono::milliseconds kJumps[] = {
-      std::chrono::milliseconds(0),     std::chrono::milliseconds(1),     std::chrono::milliseconds(300),
-      std::chrono::milliseconds(2000),  std::chrono::milliseconds(5000),  std::chrono::milliseconds(10000),
+      std::chrono::milliseconds(0),     std::chrono::milliseconds(1),    std::chrono::milliseconds(300),
+      std::chrono::milliseconds(2000),  std::chrono::milliseconds(5000), std::chrono::milliseconds(10000),
       std::chrono::milliseconds(30000), std::chrono::milliseconds(61000)};
   now_ += kJumps[in_.Below(8)];
   const std::optional<Clock::time_point> deadline = session_->NextDeadline();

@@ -159,17 +159,11 @@ void DecodeFields(FieldReader& r, ConnectAck* m) {
   r.ReadOptionalString("proof", kAnyStringRule, &m->proof);
 }
 
-void DecodeFields(FieldReader& r, Disconnect* m) {
-  r.ReadOptionalString("reason", kFreeStringRule, &m->reason);
-}
+void DecodeFields(FieldReader& r, Disconnect* m) { r.ReadOptionalString("reason", kFreeStringRule, &m->reason); }
 
-void DecodeFields(FieldReader& r, Ping* m) {
-  r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce);
-}
+void DecodeFields(FieldReader& r, Ping* m) { r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce); }
 
-void DecodeFields(FieldReader& r, Pong* m) {
-  r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce);
-}
+void DecodeFields(FieldReader& r, Pong* m) { r.ReadToken("nonce", TokenRule::kAnyValue, &m->nonce); }
 
 void DecodeFields(FieldReader& r, Lookup* m) {
   r.ReadString("kv_request_id", kIdStringRule, &m->kv_request_id);
@@ -264,8 +258,8 @@ Status ParseJson(std::string_view text, json::value* out) {
   json::error_code error;
   const size_t consumed = parser.write(text.data(), text.size(), error);
   if (error) {
-    return Status::FieldViolation("header", "must be valid JSON: " + error.message() +
-                                                " near byte " + std::to_string(consumed));
+    return Status::FieldViolation("header",
+                                  "must be valid JSON: " + error.message() + " near byte " + std::to_string(consumed));
   }
   *out = parser.release();  // cannot throw: write() completed a value
   return Status::Ok();
@@ -274,13 +268,11 @@ Status ParseJson(std::string_view text, json::value* out) {
 // Only block_data carries a payload (spec section 2).
 Status CheckControlPayload(size_t type_index, uint64_t payload_len) {
   if (type_index == kBlockDataIndex || payload_len == 0) return Status::Ok();
-  return Status::FieldViolation(
-      std::string(kKnownTypeNames[type_index]) + ".payload_len",
-      "must be 0 (only block_data carries a payload), is " + std::to_string(payload_len));
+  return Status::FieldViolation(std::string(kKnownTypeNames[type_index]) + ".payload_len",
+                                "must be 0 (only block_data carries a payload), is " + std::to_string(payload_len));
 }
 
-Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len,
-                             const DecodeContext& context) {
+Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len, const DecodeContext& context) {
   if (context.block_len == 0) return Status::Ok();      // block_len not known yet
   const uint64_t count = message.block_indexes.size();  // >= 1, checked by the decoder
   // count <= 65536 but the context's block_len is unbounded: multiply only
@@ -288,10 +280,10 @@ Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len,
   const bool fits = context.block_len <= std::numeric_limits<uint64_t>::max() / count;
   if (fits && count * context.block_len == payload_len) return Status::Ok();
   const std::string product = fits ? " = " + std::to_string(count * context.block_len) : "";
-  return Status::FieldViolation(
-      "block_data.payload_len",
-      "must be len(block_indexes) * block_len = " + std::to_string(count) + " * " +
-          std::to_string(context.block_len) + product + ", is " + std::to_string(payload_len));
+  return Status::FieldViolation("block_data.payload_len",
+                                "must be len(block_indexes) * block_len = " + std::to_string(count) + " * " +
+                                    std::to_string(context.block_len) + product + ", is " +
+                                    std::to_string(payload_len));
 }
 
 }  // namespace
@@ -303,8 +295,7 @@ std::string EncodeHeader(const Message& message) {
   return json::serialize(header);
 }
 
-Status DecodeHeader(std::string_view header_json, uint64_t payload_len,
-                    const DecodeContext& context, Message* out) {
+Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context, Message* out) {
   // The parsed tree lives only for this call: a monotonic arena makes its
   // many small allocations cheap and frees them at once.
   json::monotonic_resource arena;
@@ -313,15 +304,13 @@ Status DecodeHeader(std::string_view header_json, uint64_t payload_len,
 
   const json::object* header = root.if_object();
   if (header == nullptr) {
-    return Status::FieldViolation("header",
-                                  "must be a JSON object, not " + std::string(JsonKindName(root)));
+    return Status::FieldViolation("header", "must be a JSON object, not " + std::string(JsonKindName(root)));
   }
   const json::value* type_value = header->if_contains("type");
   if (type_value == nullptr) return Status::FieldViolation("type", "is required");
   const json::string* type = type_value->if_string();
   if (type == nullptr) {
-    return Status::FieldViolation(
-        "type", "must be a string, not " + std::string(JsonKindName(*type_value)));
+    return Status::FieldViolation("type", "must be a string, not " + std::string(JsonKindName(*type_value)));
   }
 
   const std::optional<size_t> type_index = FindKnownType(*type);

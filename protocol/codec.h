@@ -32,8 +32,7 @@ struct DecodeContext {
 // Parses and validates one frame header. `payload_len` is the frame's
 // payload length from its prefix. On success *out holds the message (Unknown
 // for an unrecognised `type`); on failure *out is unspecified.
-Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context,
-                    Message* out);
+Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context, Message* out);
 
 // A block checksum as block_data.xxh3 carries it: 16 lowercase hex digits,
 // leading zeros kept (spec section 7).

@@ -42,14 +42,14 @@ Status DecodePrefix(const uint8_t (&bytes)[kPrefixLen], FramePrefix* out) {
   }
   const uint64_t header_len = GetBigEndian(bytes + 4, 4);
   if (header_len < kMinHeaderLen || header_len > kMaxHeaderLen) {
-    return Status::FieldViolation("header_len", "must be " + std::to_string(kMinHeaderLen) + " ..= " +
-                                                    std::to_string(kMaxHeaderLen) + ", got " +
+    return Status::FieldViolation("header_len", "must be " + std::to_string(kMinHeaderLen) +
+                                                    " ..= " + std::to_string(kMaxHeaderLen) + ", got " +
                                                     std::to_string(header_len));
   }
   const uint64_t payload_len = GetBigEndian(bytes + 8, 8);
   if (payload_len > kMaxPayloadLen) {
-    return Status::FieldViolation("payload_len", "must be 0 ..= " + std::to_string(kMaxPayloadLen) + ", got " +
-                                                     std::to_string(payload_len));
+    return Status::FieldViolation(
+        "payload_len", "must be 0 ..= " + std::to_string(kMaxPayloadLen) + ", got " + std::to_string(payload_len));
   }
   out->header_len = static_cast<uint32_t>(header_len);
   out->payload_len = payload_len;

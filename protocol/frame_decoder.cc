@@ -23,9 +23,7 @@ size_t GrownSize(size_t current, uint64_t total) {
   return static_cast<size_t>(std::min(total, wanted));
 }
 
-std::span<uint8_t> AsBytes(std::string& text) {
-  return {reinterpret_cast<uint8_t*>(text.data()), text.size()};
-}
+std::span<uint8_t> AsBytes(std::string& text) { return {reinterpret_cast<uint8_t*>(text.data()), text.size()}; }
 
 // Appends room for more payload to `buffer` (at most up to `total` bytes)
 // and returns that room.
@@ -84,8 +82,8 @@ void FrameDecoder::Commit(size_t n) {
   const bool late_read = state_ == State::kReadingPayload && targets_.empty() &&
                          n <= prefix_.payload_len - payload_received_;  // see DiscardRestOfPayload
   if (n > WritableSpan().size() && !late_read) {
-    return Fail(Status::Internal("FrameDecoder::Commit: " + std::to_string(n) +
-                                 " bytes is more than WritableSpan() offered"));
+    return Fail(
+        Status::Internal("FrameDecoder::Commit: " + std::to_string(n) + " bytes is more than WritableSpan() offered"));
   }
   switch (state_) {
     case State::kReadingPrefix:

@@ -33,10 +33,10 @@ class FrameDecoder {
   enum class State {
     kReadingPrefix,
     kReadingHeader,
-    kHeaderReady,    // message() and payload_len() are valid; choose a payload destination
+    kHeaderReady,  // message() and payload_len() are valid; choose a payload destination
     kReadingPayload,
-    kFrameReady,     // a whole frame is in; call NextFrame() to start the next one
-    kFailed,         // error() says why
+    kFrameReady,  // a whole frame is in; call NextFrame() to start the next one
+    kFailed,      // error() says why
   };
 
   explicit FrameDecoder(DecodeContext context = {});

@@ -19,9 +19,7 @@ namespace json = boost::json;
 // They only know the value; the FieldReader adds the field's name.
 Status Broke(std::string rule) { return Status::Violation(std::move(rule)); }
 
-std::string Range(uint64_t min, uint64_t max) {
-  return std::to_string(min) + " ..= " + std::to_string(max);
-}
+std::string Range(uint64_t min, uint64_t max) { return std::to_string(min) + " ..= " + std::to_string(max); }
 
 bool IsLowerHexDigit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
@@ -40,8 +38,7 @@ Status ParseString(const json::value& value, StringRule rule, std::string* out) 
   if (text == nullptr) return NotA("a string", value);
   const size_t chars = CountCodePoints(*text);
   if (chars < rule.min_chars || chars > rule.max_chars) {
-    return Broke("must be " + Range(rule.min_chars, rule.max_chars) + " characters long, has " +
-                 std::to_string(chars));
+    return Broke("must be " + Range(rule.min_chars, rule.max_chars) + " characters long, has " + std::to_string(chars));
   }
   if (!rule.controls_allowed) {
     if (Status problem = ControlCharacterProblem(*text); !problem.ok()) return Broke(problem.message());
@@ -84,8 +81,7 @@ Status ParseToken(const json::value& value, TokenRule rule, std::string* out) {
     return Broke("must be " + wanted + ", has " + std::to_string(CountCodePoints(*text)) + " characters");
   }
   if (size_t bad = FindNonHexDigit(*text); bad != std::string_view::npos) {
-    return Broke("must be " + wanted + "; the character at offset " + std::to_string(bad) +
-                 " is not 0-9 or a-f");
+    return Broke("must be " + wanted + "; the character at offset " + std::to_string(bad) + " is not 0-9 or a-f");
   }
   if (rule == TokenRule::kNotAllZeros && text->find_first_not_of('0') == json::string::npos) {
     return Broke("must not be all zeros");
@@ -193,8 +189,7 @@ void FieldReader::ReadList(std::string_view name, size_t min_items, size_t max_i
   const json::array* items = value->if_array();
   if (items == nullptr) return Fail(name, NotA("an array", *value).message());
   if (items->size() < min_items || items->size() > max_items) {
-    return Fail(name, "must have " + Range(min_items, max_items) + " elements, has " +
-                          std::to_string(items->size()));
+    return Fail(name, "must have " + Range(min_items, max_items) + " elements, has " + std::to_string(items->size()));
   }
   out->clear();
   out->reserve(items->size());
@@ -228,8 +223,7 @@ void FieldReader::ReadKeys(std::string_view name, std::vector<Key>* out) {
   ReadList(name, 0, kMaxListItems, ParseKey, out);
 }
 
-void FieldReader::ReadSlotIndexes(std::string_view name, size_t min_items,
-                                   std::vector<SlotIndex>* out) {
+void FieldReader::ReadSlotIndexes(std::string_view name, size_t min_items, std::vector<SlotIndex>* out) {
   ReadList(name, min_items, kMaxListItems, ParseBlockIndex, out);
 }
 
@@ -247,8 +241,7 @@ void FieldReader::ReadOptionalStrings(std::string_view name, size_t max_items, S
       name, 0, max_items, [rule](const json::value& v, std::string* o) { return ParseString(v, rule, o); }, out);
 }
 
-void FieldReader::ReadOptionalString(std::string_view name, StringRule rule,
-                                     std::optional<std::string>* out) {
+void FieldReader::ReadOptionalString(std::string_view name, StringRule rule, std::optional<std::string>* out) {
   out->reset();
   if (!status_.ok()) return;
   const json::value* value = header_.if_contains(name);
@@ -258,8 +251,7 @@ void FieldReader::ReadOptionalString(std::string_view name, StringRule rule,
   *out = std::move(text);
 }
 
-void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_items,
-                                        BlockChecksums* out) const {
+void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_items, BlockChecksums* out) const {
   *out = BlockChecksums{};
   const json::value* value = header_.if_contains(name);
   if (value == nullptr) return;
@@ -269,9 +261,8 @@ void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_i
   const json::array* items = value->if_array();
   if (items == nullptr) return malformed(std::string(name), NotA("an array", *value).message());
   if (items->size() != expected_items) {
-    return malformed(std::string(name), "must have one element per block (" +
-                                            std::to_string(expected_items) + "), has " +
-                                            std::to_string(items->size()));
+    return malformed(std::string(name), "must have one element per block (" + std::to_string(expected_items) +
+                                            "), has " + std::to_string(items->size()));
   }
   std::vector<uint64_t> values(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
@@ -282,19 +273,17 @@ void FieldReader::ReadOptionalChecksums(std::string_view name, size_t expected_i
   *out = BlockChecksums::Of(std::move(values));
 }
 
-void FieldReader::RequireSameLength(std::string_view name, size_t size, std::string_view other,
-                                    size_t other_size) {
+void FieldReader::RequireSameLength(std::string_view name, size_t size, std::string_view other, size_t other_size) {
   if (!status_.ok() || size == other_size) return;
-  Fail(name, "must have as many elements as " + std::string(other) + " (" +
-                 std::to_string(other_size) + "), has " + std::to_string(size));
+  Fail(name, "must have as many elements as " + std::string(other) + " (" + std::to_string(other_size) + "), has " +
+                 std::to_string(size));
 }
 
 // Boost.JSON has already rejected invalid UTF-8, so every code point has
 // exactly one byte that is not a continuation byte (10xxxxxx).
 size_t CountCodePoints(std::string_view utf8) {
-  return static_cast<size_t>(std::count_if(utf8.begin(), utf8.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<size_t>(
+      std::count_if(utf8.begin(), utf8.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 IntegerVerdict CheckInteger(const json::value& value, IntegerRule rule, uint64_t* out) {

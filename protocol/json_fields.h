@@ -83,7 +83,7 @@ enum class IntegerVerdict {
   kNotAnInteger,  // not a number
   kFractional,    // a number with fraction or exponent, or beyond uint64
   kNegative,
-  kOutOfRange,    // an integer >= 0 outside the rule's bounds
+  kOutOfRange,  // an integer >= 0 outside the rule's bounds
 };
 // Reads `value` under `rule`. *out holds the number when the verdict is kOk
 // or kOutOfRange.
@@ -127,8 +127,7 @@ class FieldReader {
   void ReadOptionalString(std::string_view name, StringRule rule, std::optional<std::string>* out);
   // An absent field leaves *out empty; a present one must be an array of at
   // most `max_items` strings, each passing `rule` (connect.features).
-  void ReadOptionalStrings(std::string_view name, size_t max_items, StringRule rule,
-                           std::vector<std::string>* out);
+  void ReadOptionalStrings(std::string_view name, size_t max_items, StringRule rule, std::vector<std::string>* out);
 
   // Never fails the reader: records in *out whether `name` is absent, a valid
   // array of `expected_items` checksums (16 lowercase hex digits each), or
@@ -138,8 +137,7 @@ class FieldReader {
 
   // Fails `name` unless its `size` equals the size of the parallel array
   // `other`.
-  void RequireSameLength(std::string_view name, size_t size, std::string_view other,
-                         size_t other_size);
+  void RequireSameLength(std::string_view name, size_t size, std::string_view other, size_t other_size);
 
   const Status& status() const { return status_; }
 

@@ -11,8 +11,8 @@ namespace kvpeer::protocol {
 inline constexpr uint8_t kMagic[4] = {'K', 'V', 'P', '1'};
 inline constexpr size_t kPrefixLen = 16;  // magic + header_len + payload_len
 
-inline constexpr uint32_t kMinHeaderLen = 2;                  // "{}"
-inline constexpr uint32_t kMaxHeaderLen = 16u * 1024 * 1024;  // 16 MiB
+inline constexpr uint32_t kMinHeaderLen = 2;                     // "{}"
+inline constexpr uint32_t kMaxHeaderLen = 16u * 1024 * 1024;     // 16 MiB
 inline constexpr uint64_t kMaxPayloadLen = 64ull * 1024 * 1024;  // 64 MiB
 
 inline constexpr uint64_t kWireMajor = 1;
@@ -33,9 +33,9 @@ inline constexpr size_t kMaxKeyBytes = 4096;     // one key, in bytes (8192 hex 
 inline constexpr size_t kMaxListItems = 65536;   // keys, block_indexes, hits
 inline constexpr uint64_t kMaxSlotIndex = (1ull << 31) - 1;
 inline constexpr uint64_t kMaxBlockLen = 64ull * 1024 * 1024;  // one block fits one frame
-inline constexpr size_t kTokenHexDigits = 32;  // epoch, nonce: 16 bytes as hex
+inline constexpr size_t kTokenHexDigits = 32;                  // epoch, nonce: 16 bytes as hex
 
-inline constexpr size_t kMaxPeerIdChars = 261;  // HOST:PORT (section 2)
+inline constexpr size_t kMaxPeerIdChars = 261;    // HOST:PORT (section 2)
 inline constexpr size_t kMaxFeatures = 16;        // connect.features (sections 3, 7)
 inline constexpr size_t kChecksumHexDigits = 16;  // an element of block_data.xxh3 (section 7)
 inline constexpr size_t kMaxFeatureNameChars = 64;

@@ -110,7 +110,7 @@ struct BlockData {
   std::string kv_request_id;
   RoundSeq round_seq = 0;
   std::vector<SlotIndex> block_indexes;  // destination slots, 1 or more
-  BlockChecksums xxh3{};                  // encoded only when valid
+  BlockChecksums xxh3{};                 // encoded only when valid
   bool operator==(const BlockData&) const = default;
 };
 
@@ -140,8 +140,8 @@ struct Unknown {
   bool operator==(const Unknown&) const = default;
 };
 
-using Message = std::variant<Connect, ConnectAck, Disconnect, Ping, Pong, Lookup, LookupResp,
-                             Fetch, BlockData, TransferDone, AbortFetch, AbortAck, Unknown>;
+using Message = std::variant<Connect, ConnectAck, Disconnect, Ping, Pong, Lookup, LookupResp, Fetch, BlockData,
+                             TransferDone, AbortFetch, AbortAck, Unknown>;
 
 // The wire `type` string of a message ("connect", "block_data", ...).
 std::string_view TypeName(const Message& message);

@@ -30,7 +30,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev
   libspdlog-dev libfmt-dev libcli11-dev catch2
   libssl-dev openssl libsystemd-dev systemd dpkg-dev libxxhash-dev
-  clang libclang-rt-14-dev lcov
+  clang libclang-rt-14-dev lcov clang-format clang-tidy flake8
   python3-venv python3-pip python3-setuptools python3-wheel
   iproute2 nftables debootstrap systemd-container procps
 )

@@ -112,8 +112,7 @@ struct ClientRole::Impl {
   }
   void EmitFailure(Load& load, FailureReport failure) {
     jobs_owing.erase(load.job_id);
-    results.push_back(
-        JobResult{load.job_id, load.kv_request_id, false, std::move(failure.reason), failure.cause});
+    results.push_back(JobResult{load.job_id, load.kv_request_id, false, std::move(failure.reason), failure.cause});
   }
 
   // Ends the open round of a request: its probes go with it.
@@ -296,8 +295,8 @@ void ClientRole::Impl::TakeUnservedLoads(RequestState& st, std::vector<UnservedL
       ++round_it;
       continue;
     }
-    out->push_back(UnservedLoad{load.job_id, load.kv_request_id, std::move(load.keys), load.slots.indexes(),
-                                load.slots.sink()});
+    out->push_back(
+        UnservedLoad{load.job_id, load.kv_request_id, std::move(load.keys), load.slots.indexes(), load.slots.sink()});
     Unschedule(round, load);
     jobs_owing.erase(load.job_id);
     loads.erase(round);
@@ -308,8 +307,7 @@ void ClientRole::Impl::TakeUnservedLoads(RequestState& st, std::vector<UnservedL
 // A request with a hit or a load here fails as a whole when the session
 // closes (its pins die with it); only one that merely waits for answers
 // can ask again elsewhere without the engine noticing.
-void ClientRole::Impl::TakeUnansweredProbes(const std::string& kv, RequestState& st,
-                                            std::vector<UnservedProbes>* out) {
+void ClientRole::Impl::TakeUnansweredProbes(const std::string& kv, RequestState& st, std::vector<UnservedProbes>* out) {
   if (!st.loads.empty() || HoldsConfirmedHits(st)) return;
   UnservedProbes probes{kv, {}};
   for (const auto& [key, probe] : st.probes) {
@@ -432,9 +430,9 @@ Status ClientRole::OnTransferDone(const protocol::TransferDone& message) {
   if (!message.success) {
     impl_->EmitFailure(*load, {JobFailure::kPeerFailed, "peer reported failure"});
   } else if (!load->slots.complete()) {
-    impl_->EmitFailure(*load, {JobFailure::kIncomplete, "transfer_done before all blocks arrived: " +
-                                                             std::to_string(load->slots.received()) + " of " +
-                                                             std::to_string(load->slots.size())});
+    impl_->EmitFailure(*load, {JobFailure::kIncomplete,
+                               "transfer_done before all blocks arrived: " + std::to_string(load->slots.received()) +
+                                   " of " + std::to_string(load->slots.size())});
   } else {
     impl_->EmitSuccess(*load);
   }
@@ -498,7 +496,8 @@ void ClientRole::OnBlockDataComplete(const protocol::BlockData& message) {
   if (failure) {
     // The slots hold the bytes now, so the failure is reported at once.
     load->slots.DropFrame();
-    if (load->phase == Phase::kInFlight) impl_->EndLoadLocally(message.round_seq, *load, std::move(*failure), impl_->clock());
+    if (load->phase == Phase::kInFlight)
+      impl_->EndLoadLocally(message.round_seq, *load, std::move(*failure), impl_->clock());
   } else {
     load->slots.EndFrame();
   }
@@ -518,9 +517,9 @@ std::optional<FailureReport> ClientRole::Impl::CheckLanded(const protocol::Block
     const Key& key = load.keys[load.slots.PositionOf(index)];
     checksum_failures.push_back(ChecksumFailure{load.kv_request_id, key, index, expected, *landed});
     return FailureReport{JobFailure::kChecksum,
-                             "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) +
-                                 "): the peer sent xxh3 " + protocol::ChecksumHex(expected) +
-                                 ", the bytes that landed hash to " + protocol::ChecksumHex(*landed)};
+                         "checksum mismatch on block " + std::to_string(index) + " (key " + HexPrefix(key) +
+                             "): the peer sent xxh3 " + protocol::ChecksumHex(expected) +
+                             ", the bytes that landed hash to " + protocol::ChecksumHex(*landed)};
   }
   return std::nullopt;
 }
@@ -627,8 +626,6 @@ size_t ClientRole::LoadsInFlight() const { return impl_->jobs_owing.size(); }
 
 size_t ClientRole::TrackedRequests() const { return impl_->requests.size(); }
 
-bool ClientRole::Idle() const {
-  return impl_->requests.empty() && impl_->loads.empty() && impl_->jobs_owing.empty();
-}
+bool ClientRole::Idle() const { return impl_->requests.empty() && impl_->loads.empty() && impl_->jobs_owing.empty(); }
 
 }  // namespace kvpeer::session

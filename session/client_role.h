@@ -47,8 +47,8 @@ enum class ProbeAnswer { kHit, kMiss, kRetry };
 
 // Where an inbound block_data payload goes.
 struct BlockDataPlan {
-  bool discard = false;                      // a late frame of an aborted round
-  std::vector<std::span<uint8_t>> targets;   // one block_len span per index, in frame order
+  bool discard = false;                     // a late frame of an aborted round
+  std::vector<std::span<uint8_t>> targets;  // one block_len span per index, in frame order
 };
 
 // What a torn-down session owes the engines.

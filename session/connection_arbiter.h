@@ -15,10 +15,10 @@ struct ConnectionFacts {
 };
 
 enum class Arbitration {
-  kKeepBoth,          // not the same peer after all (should not happen; defensive)
-  kCloseNewDuplicate, // close the new connection with disconnect{reason:"duplicate"}
-  kCloseOldDuplicate, // close the existing connection with disconnect{reason:"duplicate"}
-  kReplaceOld,        // the peer restarted: close the old session, keep the new one
+  kKeepBoth,           // not the same peer after all (should not happen; defensive)
+  kCloseNewDuplicate,  // close the new connection with disconnect{reason:"duplicate"}
+  kCloseOldDuplicate,  // close the existing connection with disconnect{reason:"duplicate"}
+  kReplaceOld,         // the peer restarted: close the old session, keep the new one
 };
 
 // Decides which of `existing` and `incoming` (both to `peer_id`; `incoming`

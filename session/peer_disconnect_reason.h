@@ -14,16 +14,16 @@
 namespace kvpeer::session {
 
 enum class PeerDisconnectReason {
-  kUnspecified,            // no reason, or one that is not below
-  kAuthenticationFailed,   // "authentication failed" (wire spec "Authentication and authorisation")
-  kDuplicate,              // "duplicate" (wire spec "Transport and roles")
-  kNodeNotConfigured,      // "node not configured" (wire spec "Transport and roles")
-  kShuttingDown,           // "shutting down" or "kvpeerd is shutting down" (sent by kvpeerd)
-  kTooManyPeers,           // "too many peers" (sent by kvpeerd, max-peers)
-  kPeerRestarted,          // "peer restarted" (sent by kvpeerd)
-  kDisconnectedByOperator, // "disconnected by operator" (sent by kvpeerd)
-  kHandshakeTimedOut,      // "handshake timed out" (sent by kvpeerd)
-  kIdle,                   // "idle" (sent by kvpeerd, idle-peer-timeout-s: it held no work of this connection)
+  kUnspecified,             // no reason, or one that is not below
+  kAuthenticationFailed,    // "authentication failed" (wire spec "Authentication and authorisation")
+  kDuplicate,               // "duplicate" (wire spec "Transport and roles")
+  kNodeNotConfigured,       // "node not configured" (wire spec "Transport and roles")
+  kShuttingDown,            // "shutting down" or "kvpeerd is shutting down" (sent by kvpeerd)
+  kTooManyPeers,            // "too many peers" (sent by kvpeerd, max-peers)
+  kPeerRestarted,           // "peer restarted" (sent by kvpeerd)
+  kDisconnectedByOperator,  // "disconnected by operator" (sent by kvpeerd)
+  kHandshakeTimedOut,       // "handshake timed out" (sent by kvpeerd)
+  kIdle,                    // "idle" (sent by kvpeerd, idle-peer-timeout-s: it held no work of this connection)
 };
 
 // What kvpeerd's sessions close with when it drains (docs/control-api.md,

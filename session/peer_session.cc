@@ -41,10 +41,9 @@ void Append(std::vector<T>& to, std::vector<T> from) {
 
 // Messages that belong to the roles and so only make sense after the handshake.
 template <typename T>
-constexpr bool kIsRoleMessage =
-    std::is_same_v<T, protocol::Lookup> || std::is_same_v<T, protocol::LookupResp> ||
-    std::is_same_v<T, protocol::Fetch> || std::is_same_v<T, protocol::TransferDone> ||
-    std::is_same_v<T, protocol::AbortFetch> || std::is_same_v<T, protocol::AbortAck>;
+constexpr bool kIsRoleMessage = std::is_same_v<T, protocol::Lookup> || std::is_same_v<T, protocol::LookupResp> ||
+                                std::is_same_v<T, protocol::Fetch> || std::is_same_v<T, protocol::TransferDone> ||
+                                std::is_same_v<T, protocol::AbortFetch> || std::is_same_v<T, protocol::AbortAck>;
 
 // Liveness frames: they keep a connection alive but are no work, so they
 // never postpone the idle close (SessionConfig::idle_timeout).
@@ -53,9 +52,8 @@ bool IsLiveness(const protocol::Message& message) {
 }
 
 HandshakeSettings ToHandshakeSettings(const SessionConfig& config, const std::string& expected_peer_id) {
-  return {config.local_id, config.block_len, config.config_fingerprint, config.hash_seed,
-          config.epoch,    config.psk,       expected_peer_id,          config.features,
-          config.identity_check};
+  return {config.local_id, config.block_len, config.config_fingerprint, config.hash_seed,     config.epoch,
+          config.psk,      expected_peer_id, config.features,           config.identity_check};
 }
 
 }  // namespace
@@ -76,8 +74,8 @@ struct PeerSession::Impl {
     server_config.block_len = config.block_len;
     // The roles' frames go through the gate; `this` outlives both roles.
     client = std::make_unique<ClientRole>(label, config.client, clock, [this](OutFrame f) { GatedSend(std::move(f)); });
-    server = std::make_unique<ServerRole>(label, server_config, clock, [this](OutFrame f) { GatedSend(std::move(f)); },
-                                          index);
+    server = std::make_unique<ServerRole>(
+        label, server_config, clock, [this](OutFrame f) { GatedSend(std::move(f)); }, index);
   }
 
   void Start();
@@ -160,7 +158,8 @@ void PeerSession::Impl::Start() {
   // connect bypasses the gate: it is what opens the gate.
   std::optional<std::string> nonce = config.random_token();
   if (!nonce) {
-    Close(CloseCause::kNoRandomToken, kNoNonce, /*notify_peer=*/false);  // nothing sent yet: the peer learns of it as a closed connection
+    Close(CloseCause::kNoRandomToken, kNoNonce,
+          /*notify_peer=*/false);  // nothing sent yet: the peer learns of it as a closed connection
     return;
   }
   DirectSend(protocol::Message(handshake.MakeConnect(std::move(*nonce))));
@@ -291,9 +290,7 @@ Status PeerSession::Impl::Handle(const protocol::Lookup& message) {
   return Status::Ok();
 }
 
-Status PeerSession::Impl::Handle(const protocol::Fetch& message) {
-  return FailRole(server->OnFetch(message));
-}
+Status PeerSession::Impl::Handle(const protocol::Fetch& message) { return FailRole(server->OnFetch(message)); }
 
 Status PeerSession::Impl::Handle(const protocol::AbortFetch& message) {
   server->OnAbortFetch(message);
@@ -309,9 +306,7 @@ Status PeerSession::Impl::Handle(const protocol::TransferDone& message) {
   return FailRole(client->OnTransferDone(message));
 }
 
-Status PeerSession::Impl::Handle(const protocol::AbortAck& message) {
-  return FailRole(client->OnAbortAck(message));
-}
+Status PeerSession::Impl::Handle(const protocol::AbortAck& message) { return FailRole(client->OnAbortAck(message)); }
 
 Status PeerSession::Impl::Handle(const protocol::BlockData&) {
   // The payload needs a destination plan; only OnBlockDataHeader can give one.
@@ -343,8 +338,8 @@ void PeerSession::Impl::OnTick() {
   }
   const TimePoint now = clock();
   if (state == State::kHandshaking && now - started_at >= config.handshake_timeout) {
-    Close(CloseCause::kHandshakeTimeout,
-          DisconnectReasonText(PeerDisconnectReason::kHandshakeTimedOut), /*notify_peer=*/true);
+    Close(CloseCause::kHandshakeTimeout, DisconnectReasonText(PeerDisconnectReason::kHandshakeTimedOut),
+          /*notify_peer=*/true);
     return;
   }
   if (now - last_receive >= config.liveness_timeout) {
@@ -548,8 +543,8 @@ Status PeerSession::RequestBlocks(JobId job_id, const std::string& kv_request_id
   // Refused like any other invalid call: the caller learns it now and no
   // result is owed for a job that never started.
   if (impl_->state == State::kClosed) return Status::Unavailable("session closed: " + impl_->close_reason);
-  return impl_->client->RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_indexes),
-                                      std::move(sink), timeout);
+  return impl_->client->RequestBlocks(job_id, kv_request_id, std::move(keys), std::move(block_indexes), std::move(sink),
+                                      timeout);
 }
 
 void PeerSession::AddSupply(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,

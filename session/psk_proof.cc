@@ -33,8 +33,8 @@ std::string PskProof(std::string_view psk, const ProofInput& input) {
   unsigned int mac_len = 0;
   // A PSK file is small (the daemon reads it whole), so its size fits an int.
   const int key_len = psk.size() > INT_MAX ? INT_MAX : static_cast<int>(psk.size());
-  if (HMAC(EVP_sha256(), psk.data(), key_len, reinterpret_cast<const unsigned char*>(message.data()),
-           message.size(), mac, &mac_len) == nullptr) {
+  if (HMAC(EVP_sha256(), psk.data(), key_len, reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+           mac, &mac_len) == nullptr) {
     return {};
   }
   return ToHex(std::string_view(reinterpret_cast<const char*>(mac), mac_len));

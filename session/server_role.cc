@@ -79,7 +79,7 @@ struct ServerRole::Impl {
   bool checksums = false;  // the xxh3 feature is on: every data frame carries block_data.xxh3
   std::string close_reason;
   JobFailure close_failure = JobFailure::kSessionClosed;  // what stores refused after close fail with
-  size_t open_rounds = 0;  // entries of every request's `rounds`
+  size_t open_rounds = 0;                                 // entries of every request's `rounds`
   std::vector<JobId> last_frame_jobs;  // store jobs with a block in the last data frame (OnDataFrameTorn)
   uint64_t rounds_refused = 0;
   uint64_t open_key_bytes = 0;  // sum of every open round's key_bytes
@@ -334,8 +334,9 @@ void ServerRole::AddSupply(JobId job_id, const std::string& kv_request_id, std::
     s.ledger.Record(JobResult{job_id, kv_request_id, false, std::move(why), cause});
   };
   if (s.closed) return reject(s.close_reason, s.close_failure);
-  if (keys.size() != blocks.size()) return reject("store has " + std::to_string(keys.size()) + " keys but " +
-                                                  std::to_string(blocks.size()) + " blocks");
+  if (keys.size() != blocks.size())
+    return reject("store has " + std::to_string(keys.size()) + " keys but " + std::to_string(blocks.size()) +
+                  " blocks");
   if (std::any_of(blocks.begin(), blocks.end(), [](const PinRef& pin) { return !pin; })) {
     return reject("store has a block that is not pinned");
   }
@@ -570,8 +571,9 @@ void ServerRole::Impl::Expire(JobId id) {
   StoreLedger::Job* job = ledger.Find(id);
   if (!job) return;
   const std::string kv = job->kv_request_id;
-  ledger.Fail(id, JobFailure::kTimeout, "store job " + std::to_string(id) + " for kv_request_id " + kv + ": not fetched within " +
-                      Seconds(config.store_timeout));
+  ledger.Fail(id, JobFailure::kTimeout,
+              "store job " + std::to_string(id) + " for kv_request_id " + kv + ": not fetched within " +
+                  Seconds(config.store_timeout));
   std::erase(requests[kv].unbound, id);
   Prune(kv);
 }
@@ -641,7 +643,7 @@ std::vector<JobResult> ServerRole::Close(const std::string& reason, JobFailure f
   s.closed = true;
   s.close_reason = reason;
   s.close_failure = failure;
-  s.requests.clear();  // drops every round's pins
+  s.requests.clear();   // drops every round's pins
   s.bound_ids.clear();  // the daemon drops a closed session's bindings itself
   s.ended_fetch_ids.clear();
   s.open_rounds = 0;

@@ -109,7 +109,7 @@ struct ChecksumFailure {
 // (rewording a message must not move a metric, and a peer's words must not
 // choose one).
 enum class JobFailure : uint8_t {
-  kNone,             // succeeded
+  kNone,  // succeeded
   // Loads (client role).
   kTimeout,          // the load timeout passed (wire-protocol.md 7.4); a store: nobody fetched in time
   kRequestFinished,  // its engine finished the request while it was in flight (7.5)
@@ -118,13 +118,13 @@ enum class JobFailure : uint8_t {
   kChecksum,         // a block did not match its xxh3 (7.10)
   kSlotsUnmapped,    // the destination region shrank under the load
   // Store jobs (server role supply).
-  kUnfetched,        // the consumer finished the request without fetching the blocks
-  kAborted,          // the consumer aborted the fetch
-  kNotServed,        // the round serving them ended otherwise (a torn source, a timeout)
-  kRefused,          // the store itself was not acceptable (AddSupply's checks)
+  kUnfetched,  // the consumer finished the request without fetching the blocks
+  kAborted,    // the consumer aborted the fetch
+  kNotServed,  // the round serving them ended otherwise (a torn source, a timeout)
+  kRefused,    // the store itself was not acceptable (AddSupply's checks)
   // Either.
-  kShutdown,         // this node is shutting down
-  kSessionClosed,    // the peer session ended; the reason says why
+  kShutdown,       // this node is shutting down
+  kSessionClosed,  // the peer session ended; the reason says why
 };
 
 // How a job failed: the cause (for counting) and the reason (for people).
@@ -137,7 +137,7 @@ struct JobResult {
   JobId job_id = 0;
   std::string kv_request_id;
   bool success = false;
-  std::string reason;  // empty on success; says why on failure
+  std::string reason;                      // empty on success; says why on failure
   JobFailure failure = JobFailure::kNone;  // a failed load's cause
 };
 

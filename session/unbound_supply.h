@@ -44,8 +44,8 @@ class UnboundSupply {
   explicit UnboundSupply(Duration timeout = std::chrono::seconds(60)) : timeout_(timeout) {}
 
   // Parks a job. REQUIRES: `job_id` is not parked already.
-  void Add(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
-           std::vector<PinRef> blocks, TimePoint now);
+  void Add(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys, std::vector<PinRef> blocks,
+           TimePoint now);
 
   // Removes and returns the jobs parked for `kv_request_id`, oldest first,
   // for the session that received its fetch.

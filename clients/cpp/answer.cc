@@ -57,7 +57,8 @@ Result<Probe> ProbeOf(const json::value& item) {
     if (text == "miss") return Probe::kMiss;
     if (text == "retry") return Probe::kRetry;
   }
-  return Error{ErrorCode::kBadAnswer, "a lookup result is not \"hit\", \"miss\" or \"retry\": " + json::serialize(item)};
+  return Error{ErrorCode::kBadAnswer,
+               "a lookup result is not \"hit\", \"miss\" or \"retry\": " + json::serialize(item)};
 }
 
 Result<JobResult> JobResultOf(const json::value& item) {
@@ -81,8 +82,9 @@ Result<HelloInfo> Hello(const Answer& answer) {
 }
 
 Result<RegionInfo> RegisterRegion(const Answer& answer) {
-  return Decoded<RegionInfo>(answer, "register_region",
-                             [](AnswerFields& f) { return RegionInfo{f.Int("region_id"), f.Uint("bytes")}; });
+  return Decoded<RegionInfo>(answer, "register_region", [](AnswerFields& f) {
+    return RegionInfo{f.Int("region_id"), f.Uint("bytes")};
+  });
 }
 
 Result<uint64_t> Publish(const Answer& answer) {

@@ -28,10 +28,14 @@ std::string_view ErrorCodeName(ErrorCode code) {
     if (known == code) return name;
   }
   switch (code) {
-    case ErrorCode::kConnection: return "connection";
-    case ErrorCode::kBadAnswer: return "bad_answer";
-    case ErrorCode::kTimeout: return "timeout";
-    default: return "unknown";
+    case ErrorCode::kConnection:
+      return "connection";
+    case ErrorCode::kBadAnswer:
+      return "bad_answer";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    default:
+      return "unknown";
   }
 }
 

@@ -23,20 +23,20 @@ constexpr auto kPublisher = Privilege::kPublisher;
 constexpr auto kOperator = Privilege::kOperator;
 constexpr std::array kOps = {
     //         name              needs_engine  is_new_work  waits        privilege   handler             wait_handler
-    ControlOp{"status",          false,        false,       kNever,      kAny,       &H::NodeStatus,     nullptr},
-    ControlOp{"metrics",         false,        false,       kNever,      kAny,       &H::Metrics,        nullptr},
-    ControlOp{"connect",         false,        true,        kAlways,     kOperator,  nullptr,            &H::Connect},
-    ControlOp{"disconnect",      false,        false,       kNever,      kOperator,  &H::Disconnect,     nullptr},
-    ControlOp{"hello",           false,        true,        kNever,      kAny,       &H::Hello,          nullptr},
-    ControlOp{"register_region", true,         true,        kNever,      kAny,       &H::RegisterRegion, nullptr},
-    ControlOp{"publish",         true,         true,        kWithSeal,   kPublisher, &H::Publish,        &H::PublishSealed},
-    ControlOp{"unpublish",       true,         false,       kNever,      kAny,       &H::Unpublish,      nullptr},
-    ControlOp{"lookup",          true,         true,        kWithWaitMs, kAny,       &H::Lookup,         &H::LookupWaiting},
-    ControlOp{"flush",           true,         false,       kNever,      kAny,       &H::Flush,          nullptr},
-    ControlOp{"load",            true,         true,        kNever,      kAny,       &H::Load,           nullptr},
-    ControlOp{"store",           true,         true,        kWithSeal,   kPublisher, &H::Store,          &H::StoreSealed},
-    ControlOp{"finish",          true,         false,       kNever,      kAny,       &H::Finish,         nullptr},
-    ControlOp{"poll",            true,         false,       kWithWaitMs, kAny,       &H::Poll,           &H::PollWaiting},
+    ControlOp{"status", false, false, kNever, kAny, &H::NodeStatus, nullptr},
+    ControlOp{"metrics", false, false, kNever, kAny, &H::Metrics, nullptr},
+    ControlOp{"connect", false, true, kAlways, kOperator, nullptr, &H::Connect},
+    ControlOp{"disconnect", false, false, kNever, kOperator, &H::Disconnect, nullptr},
+    ControlOp{"hello", false, true, kNever, kAny, &H::Hello, nullptr},
+    ControlOp{"register_region", true, true, kNever, kAny, &H::RegisterRegion, nullptr},
+    ControlOp{"publish", true, true, kWithSeal, kPublisher, &H::Publish, &H::PublishSealed},
+    ControlOp{"unpublish", true, false, kNever, kAny, &H::Unpublish, nullptr},
+    ControlOp{"lookup", true, true, kWithWaitMs, kAny, &H::Lookup, &H::LookupWaiting},
+    ControlOp{"flush", true, false, kNever, kAny, &H::Flush, nullptr},
+    ControlOp{"load", true, true, kNever, kAny, &H::Load, nullptr},
+    ControlOp{"store", true, true, kWithSeal, kPublisher, &H::Store, &H::StoreSealed},
+    ControlOp{"finish", true, false, kNever, kAny, &H::Finish, nullptr},
+    ControlOp{"poll", true, false, kWithWaitMs, kAny, &H::Poll, &H::PollWaiting},
 };
 
 // An op quoted in a message is cut short: the request may hold megabytes.

@@ -69,14 +69,14 @@ class ControlOpHandlers {
   virtual OpAnswer Publish(OpCall& call) = 0;
   virtual OpWait PublishSealed(OpCall& call) = 0;  // with seal: true
   virtual OpAnswer Unpublish(OpCall& call) = 0;
-  virtual OpAnswer Lookup(OpCall& call) = 0;      // without wait_ms
+  virtual OpAnswer Lookup(OpCall& call) = 0;       // without wait_ms
   virtual OpWait LookupWaiting(OpCall& call) = 0;  // with wait_ms > 0
   virtual OpAnswer Flush(OpCall& call) = 0;
   virtual OpAnswer Load(OpCall& call) = 0;
   virtual OpAnswer Store(OpCall& call) = 0;
   virtual OpWait StoreSealed(OpCall& call) = 0;  // with seal: true
   virtual OpAnswer Finish(OpCall& call) = 0;
-  virtual OpAnswer Poll(OpCall& call) = 0;      // without wait_ms
+  virtual OpAnswer Poll(OpCall& call) = 0;       // without wait_ms
   virtual OpWait PollWaiting(OpCall& call) = 0;  // with wait_ms > 0
 };
 
@@ -110,7 +110,7 @@ struct ControlOp {
   bool is_new_work;
   WaitRule waits;
   Privilege privilege;
-  ControlOpHandlers::OpAnswer (ControlOpHandlers::*handler)(OpCall& call);       // null when waits is kAlways
+  ControlOpHandlers::OpAnswer (ControlOpHandlers::*handler)(OpCall& call);     // null when waits is kAlways
   ControlOpHandlers::OpWait (ControlOpHandlers::*wait_handler)(OpCall& call);  // null when waits is kNever
 };
 

@@ -82,8 +82,8 @@ std::optional<ListProblem> ParseList(const json::value& value, size_t min_items,
     return ListProblem{std::nullopt, NotA("an array of " + std::string(item_kind), value).message()};
   }
   if (items->size() < min_items || items->size() > protocol::kMaxListItems) {
-    return ListProblem{std::nullopt, "must have " + std::to_string(min_items) + " ..= " +
-                                         std::to_string(protocol::kMaxListItems) + " items, has " +
+    return ListProblem{std::nullopt, "must have " + std::to_string(min_items) +
+                                         " ..= " + std::to_string(protocol::kMaxListItems) + " items, has " +
                                          std::to_string(items->size())};
   }
   std::vector<T> parsed(items->size());

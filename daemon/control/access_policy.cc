@@ -9,7 +9,9 @@ namespace {
 
 namespace json = boost::json;
 
-bool Listed(const std::vector<uint32_t>& ids, uint32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+bool Listed(const std::vector<uint32_t>& ids, uint32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
 
 std::string List(const std::vector<uint32_t>& ids) {
   std::string text = "[";

@@ -34,10 +34,7 @@ bool WouldBlock(int error) { return error == EAGAIN || error == EWOULDBLOCK || e
 }  // namespace
 
 ControlConnection::ControlConnection(Socket socket, PeerCredentials credentials, ControlHandler* handler)
-    : socket_(std::move(socket)),
-      credentials_(credentials),
-      handler_(handler),
-      reader_wake_(socket_.get_executor()) {}
+    : socket_(std::move(socket)), credentials_(credentials), handler_(handler), reader_wake_(socket_.get_executor()) {}
 
 void ControlConnection::Start() {
   asio::co_spawn(socket_.get_executor(), ReadLoop(shared_from_this()), asio::detached);
@@ -127,8 +124,7 @@ ssize_t ControlConnection::Receive(char* buffer, size_t size, std::shared_ptr<Re
   return received;
 }
 
-bool ControlConnection::Split(const char* data, size_t size,
-                              const std::shared_ptr<ReceivedDescriptors>& descriptors) {
+bool ControlConnection::Split(const char* data, size_t size, const std::shared_ptr<ReceivedDescriptors>& descriptors) {
   if (descriptors) partial_descriptors_ = descriptors;  // the line this read goes on with, or begins
   while (size > 0) {
     const char* newline = static_cast<const char*>(std::memchr(data, '\n', size));
@@ -181,7 +177,7 @@ void ControlConnection::AnswerQueued() {
 }
 
 asio::awaitable<void> ControlConnection::Await(std::shared_ptr<ControlConnection> self,
-                                              asio::awaitable<std::string> answering, size_t line_bytes) {
+                                               asio::awaitable<std::string> answering, size_t line_bytes) {
   (void)self;  // held for the coroutine's lifetime
   std::string answer = co_await std::move(answering);
   if (closed_) co_return;  // stopped while the request was being handled

@@ -174,20 +174,20 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   ControlHandler* handler_;  // null once stopped
   std::shared_ptr<EngineSession> engine_;
 
-  std::string partial_;  // the line being assembled
+  std::string partial_;                                       // the line being assembled
   std::shared_ptr<ReceivedDescriptors> partial_descriptors_;  // of the reads that carried it
-  std::deque<ControlLine> queue_;      // complete lines not answered yet
-  size_t unanswered_bytes_ = 0;        // of queue_ and the line being handled
-  bool too_large_ = false;             // the reader found an over-long line
+  std::deque<ControlLine> queue_;                             // complete lines not answered yet
+  size_t unanswered_bytes_ = 0;                               // of queue_ and the line being handled
+  bool too_large_ = false;                                    // the reader found an over-long line
   bool too_large_answered_ = false;
   bool input_ended_ = false;
   bool closed_ = false;
-  bool may_have_input_ = true;  // the last read filled the buffer: read again before waiting
-  bool waiting_line_ = false;   // a line that waits is being answered (Await)
-  bool pumping_ = false;        // inside Pump (no re-entry)
+  bool may_have_input_ = true;   // the last read filled the buffer: read again before waiting
+  bool waiting_line_ = false;    // a line that waits is being answered (Await)
+  bool pumping_ = false;         // inside Pump (no re-entry)
   bool reader_waiting_ = false;  // the reader waits on reader_wake_
-  std::string out_;      // answers not handed to the socket yet
-  std::string writing_;  // answers WriteLoop is writing (empty when it does not run)
+  std::string out_;              // answers not handed to the socket yet
+  std::string writing_;          // answers WriteLoop is writing (empty when it does not run)
   bool writer_running_ = false;
   boost::asio::steady_timer reader_wake_;  // cancelled when the queue drains
   alignas(std::max_align_t) unsigned char parse_buffer_[8192];

@@ -76,8 +76,8 @@ Status ControlServer::RemoveStaleSocket() const {
 Status ControlServer::Start() {
   const std::string& path = options_.socket_path;
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return Status::Internal("control socket path '" + path + "' must be 1 ..= " +
-                                std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+    return Status::Internal("control socket path '" + path +
+                            "' must be 1 ..= " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
   }
   boost::system::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -98,7 +98,7 @@ Status ControlServer::Start() {
   }
   if (options_.socket_group && ::chown(path.c_str(), static_cast<uid_t>(-1), *options_.socket_group) != 0) {
     return Status::Internal("cannot give control socket " + path + " to group " +
-                                std::to_string(*options_.socket_group) + ": " + Errno());
+                            std::to_string(*options_.socket_group) + ": " + Errno());
   }
   asio::co_spawn(io_, AcceptLoop(accept_), asio::detached);
   spdlog::info("control socket listening on {}", path);
@@ -203,12 +203,11 @@ void ControlServer::RefuseOverLimit(Local::socket& socket, const PeerCredentials
   limits_.Hit(&engines_.counters(), Counter::kLimitMaxControlConnections,
               limit + ": refused a control connection from pid " + std::to_string(credentials.pid) + " uid " +
                   std::to_string(credentials.uid));
-  const std::string line =
-      Answer(nullptr,
-             Status::Conflict(limit + ": " + std::to_string(connections_.size()) +
-                                  " control connections are open; retry after one closes"),
-             {}) +
-      "\n";
+  const std::string line = Answer(nullptr,
+                                  Status::Conflict(limit + ": " + std::to_string(connections_.size()) +
+                                                   " control connections are open; retry after one closes"),
+                                  {}) +
+                           "\n";
   // A fresh socket's send buffer is empty, so one short line fits without
   // blocking; if not, the client just sees the close.
   (void)::send(socket.native_handle(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -222,7 +221,7 @@ void ControlServer::OnConnectionClosed(ControlConnection* connection) {
 std::string ControlServer::TooLargeResponse() {
   return Answer(nullptr,
                 Status::TooLarge("request line longer than " + std::to_string(kMaxControlLineBytes) +
-                                     " bytes; closing the connection"),
+                                 " bytes; closing the connection"),
                 {});
 }
 
@@ -247,8 +246,8 @@ void ControlServer::AppendAnswer(std::string* out, const json::value& id, const 
   out->push_back('\n');
 }
 
-std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlConnection& connection,
-                                                                      ControlLine& line, std::string* out) {
+std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlConnection& connection, ControlLine& line,
+                                                                      std::string* out) {
   engines_.counters().Add(Counter::kRequests);
   // The previous line's request and answer are gone: reuse their memory.
   json::monotonic_resource& memory = connection.NewParseMemory();
@@ -260,8 +259,8 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
     return std::nullopt;
   }
   if (!parsed.is_object()) {
-    AppendAnswer(out, nullptr,
-                 Status::Invalid("request must be a JSON object, not " + std::string(JsonKind(parsed))), {});
+    AppendAnswer(out, nullptr, Status::Invalid("request must be a JSON object, not " + std::string(JsonKind(parsed))),
+                 {});
     return std::nullopt;
   }
   const json::object& request = parsed.get_object();
@@ -285,8 +284,8 @@ std::optional<asio::awaitable<std::string>> ControlServer::HandleLine(ControlCon
   const std::string_view op_name = op->get_string();
   engines_.counters().Add(CounterFamily::kControlRequests, ControlRequestLabel(op_name));
   const ControlOp* row = FindControlOp(op_name);
-  Status status = row == nullptr ? UnknownOp(op_name)
-                                 : CheckOpAllowed(*row, shutting_down_, connection.engine() != nullptr);
+  Status status =
+      row == nullptr ? UnknownOp(op_name) : CheckOpAllowed(*row, shutting_down_, connection.engine() != nullptr);
   if (status.ok() && row->privilege != Privilege::kNone) {
     status = options_.access.Check(connection.credentials(), row->privilege, "op '" + std::string(op_name) + "'");
     if (!status.ok()) {
@@ -364,8 +363,8 @@ asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
   };
   auto wait = std::make_shared<Wait>(io_.get_executor());
   peers->Connect(peer, [wait](Status status) {
- wait->result = std::move(status);
- wait->timer.cancel();
+    wait->result = std::move(status);
+    wait->timer.cancel();
   });
   if (!wait->result) {
     wait->timer.expires_after(kConnectCeiling);
@@ -390,7 +389,7 @@ Status ControlServer::Hello(OpCall& call) {
   ControlConnection& connection = call.connection;
   if (call.engine) {
     return Status::Conflict("this connection already said hello (engine '" + call.engine->client() +
-                                   "'); one hello per engine session");
+                            "'); one hello per engine session");
   }
   std::shared_ptr<EngineSession> session;
   // Only a publisher (or an operator) may fix model settings the config

@@ -9,21 +9,21 @@ using protocol::SlotIndex;
 
 Status EngineJobs::CheckJobIdFree(int64_t job_id) const {
   if (!jobs_.contains(job_id)) return Status::Ok();
-  return Status::Conflict(
-              "job_id " + std::to_string(job_id) + " is still in use: its result has not been delivered by poll yet");
+  return Status::Conflict("job_id " + std::to_string(job_id) +
+                          " is still in use: its result has not been delivered by poll yet");
 }
 
 Status EngineJobs::CheckLoadSlots(const std::vector<SlotIndex>& slots) const {
   std::unordered_map<SlotIndex, size_t> seen;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (auto [it, fresh] = seen.emplace(slots[i], i); !fresh) {
-      return Status::Invalid("field 'block_ids' names slot " + std::to_string(slots[i]) +
-                                 " twice (items " + std::to_string(it->second) + " and " +
-                                 std::to_string(i) + "); each destination slot takes one block");
+      return Status::Invalid("field 'block_ids' names slot " + std::to_string(slots[i]) + " twice (items " +
+                             std::to_string(it->second) + " and " + std::to_string(i) +
+                             "); each destination slot takes one block");
     }
     if (auto busy = load_slots_.find(slots[i]); busy != load_slots_.end()) {
       return Status::Conflict("block id " + std::to_string(slots[i]) + " is a destination of load job_id " +
-                                  std::to_string(busy->second) + ", still in flight");
+                              std::to_string(busy->second) + ", still in flight");
     }
   }
   return Status::Ok();

@@ -30,8 +30,8 @@ Status EngineRegistry::Hello(const json::object& request, const PeerCredentials&
   reader.IdString("hash_seed", &settings.hash_seed);
   if (!reader.ok()) return reader.status();
   if (settings.block_len == 0) {
-    return Status::Invalid("field 'block_len' must be an integer in 1 ..= " +
-                               std::to_string(protocol::kMaxBlockLen) + ", is 0");
+    return Status::Invalid("field 'block_len' must be an integer in 1 ..= " + std::to_string(protocol::kMaxBlockLen) +
+                           ", is 0");
   }
   if (Status incompatible = model_.CheckOrAdopt(settings, may_fix_model); !incompatible.ok()) return incompatible;
   if (max_engines_ != 0 && engines_.size() >= max_engines_) {
@@ -88,8 +88,8 @@ void EngineRegistry::OnStoreResult(const session::JobResult& result) {
   counters_.Add(result.success ? Counter::kStoreResultsSucceeded : Counter::kStoreResultsFailed);
   if (!result.success) {
     counters_.Add(CounterFamily::kStoreFailures, StoreFailureLabel(result.failure));
-    spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id,
-                 result.kv_request_id, result.reason);
+    spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id, result.kv_request_id,
+                 result.reason);
   }
   int64_t engine_job = 0;
   if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
@@ -145,9 +145,10 @@ void EngineRegistry::ReleaseSupply(const std::string& kv_request_id, EngineId en
 Status EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge) {
   const uint64_t mapped = *region_bytes_;
   if (max_region_bytes_ != 0 && (bytes > max_region_bytes_ || mapped > max_region_bytes_ - bytes)) {
-    const std::string why = "max-region-bytes (" + std::to_string(max_region_bytes_) + ") reached: " +
-                            std::to_string(mapped) + " bytes of engine regions are mapped and this region needs " +
-                            std::to_string(bytes) + "; a smaller region, or raise --max-region-bytes";
+    const std::string why = "max-region-bytes (" + std::to_string(max_region_bytes_) +
+                            ") reached: " + std::to_string(mapped) +
+                            " bytes of engine regions are mapped and this region needs " + std::to_string(bytes) +
+                            "; a smaller region, or raise --max-region-bytes";
     limits_.Hit(&counters_, Counter::kLimitMaxRegionBytes, "register_region refused: " + why);
     return Status::Conflict(why);
   }

@@ -58,7 +58,8 @@ class EngineRegistry : public ResultSink {
  public:
   // `node_id` is answered to `hello`. The model and the index must outlive
   // the registry.
-  EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodePublishedBlocks& index, std::string node_id);
+  EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodePublishedBlocks& index,
+                 std::string node_id);
   ~EngineRegistry() override;
   EngineRegistry(const EngineRegistry&) = delete;
   EngineRegistry& operator=(const EngineRegistry&) = delete;

@@ -26,9 +26,12 @@ Status PeerSideMissing() { return Status::Internal("the peer side of the daemon 
 
 const char* AnswerName(session::ProbeAnswer answer) {
   switch (answer) {
-    case session::ProbeAnswer::kHit: return "hit";
-    case session::ProbeAnswer::kMiss: return "miss";
-    case session::ProbeAnswer::kRetry: return "retry";
+    case session::ProbeAnswer::kHit:
+      return "hit";
+    case session::ProbeAnswer::kMiss:
+      return "miss";
+    case session::ProbeAnswer::kRetry:
+      return "retry";
   }
   return "retry";
 }
@@ -92,12 +95,13 @@ Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, j
   }
   if (num_blocks == 0) return Status::Invalid("field 'num_blocks' must be at least 1, is 0");
   if (use_fd && !fd.valid()) {
-    return Status::Invalid("'fd': true but no file descriptor came with this line (send it with "
-                           "SCM_RIGHTS in the same sendmsg as the line's first byte)");
+    return Status::Invalid(
+        "'fd': true but no file descriptor came with this line (send it with "
+        "SCM_RIGHTS in the same sendmsg as the line's first byte)");
   }
   if (region_) {
     return Status::Conflict("a region (region_id " + std::to_string(region_id_) +
-                                ") is already registered; one region per engine session");
+                            ") is already registered; one region per engine session");
   }
   const RegionShape shape{num_blocks, block_len_, offset.value_or(0)};
   // The mapped size counts against --max-region-bytes, checked before
@@ -127,8 +131,8 @@ Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, j
   registry_.index().AddEngine(id_, region_, [weak](SlotIndex slot) {
     if (auto session = weak.lock(); session && !session->closed_) session->jobs_.OnReleased(slot);
   });
-  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks,
-               block_len_, use_fd ? "passed descriptor" : *path);
+  spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks, block_len_,
+               use_fd ? "passed descriptor" : *path);
   (*response)["region_id"] = region_id_;
   (*response)["bytes"] = region_->bytes();
   return Status::Ok();
@@ -145,8 +149,7 @@ Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std:
   for (size_t i = 0; i < block_ids.size(); ++i) {
     if (block_ids[i] >= region_->num_blocks()) {
       return Status::OutOfRange("block_ids[" + std::to_string(i) + "] is " + std::to_string(block_ids[i]) +
-                                    ", not below the region's num_blocks " +
-                                    std::to_string(region_->num_blocks()));
+                                ", not below the region's num_blocks " + std::to_string(region_->num_blocks()));
     }
     slots->push_back(static_cast<SlotIndex>(block_ids[i]));
   }
@@ -157,7 +160,7 @@ Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv
   std::optional<EngineId> user = registry_.KvUser(peer, kv_request_id);
   if (!user || *user == id_) return Status::Ok();
   return Status::Conflict("kv_request_id '" + kv_request_id + "' towards peer " + peer +
-                              " is in use by another engine of this node");
+                          " is in use by another engine of this node");
 }
 
 bool EngineSession::Claim(const std::string& peer, const std::string& kv_request_id) {
@@ -187,7 +190,8 @@ Status EngineSession::CheckRequestRoom(const std::string& kv_request_id, const s
   return registry_.RefuseLimit(Counter::kLimitMaxOpenRequestBytes, "request of engine '" + client_ + "'",
                                "max-open-request-bytes (" + std::to_string(bound) + ") reached: this engine's " +
                                    std::to_string(kv_ids_.size()) + " unfinished requests take " +
-                                   std::to_string(open_request_bytes_) + " bytes (twice the id's bytes plus 512, per request and per peer it names); "
+                                   std::to_string(open_request_bytes_) +
+                                   " bytes (twice the id's bytes plus 512, per request and per peer it names); "
                                    "finish requests first");
 }
 
@@ -244,11 +248,11 @@ boost::asio::awaitable<Status> EngineSession::HashSeals(std::string_view op, con
   const uint64_t bytes = distinct.size() * block_len_;
   const uint64_t bound = registry_.engine_limits().max_seal_bytes;
   if (bound != 0 && bytes > bound) {
-    co_return registry_.RefuseLimit(
-        Counter::kLimitMaxSealBytes, std::string(op) + " of engine '" + client_ + "'",
-        "max-seal-bytes (" + std::to_string(bound) + ") reached: sealing " + std::to_string(distinct.size()) +
-            " distinct block ids of " + std::to_string(block_len_) + " bytes hashes " + std::to_string(bytes) +
-            " bytes; seal fewer blocks per request");
+    co_return registry_.RefuseLimit(Counter::kLimitMaxSealBytes, std::string(op) + " of engine '" + client_ + "'",
+                                    "max-seal-bytes (" + std::to_string(bound) + ") reached: sealing " +
+                                        std::to_string(distinct.size()) + " distinct block ids of " +
+                                        std::to_string(block_len_) + " bytes hashes " + std::to_string(bytes) +
+                                        " bytes; seal fewer blocks per request");
   }
   std::shared_ptr<ShmRegion> region = region_;
   *seals = co_await registry_.seal_hasher().Hash(std::move(region), std::move(distinct));
@@ -403,10 +407,10 @@ Status EngineSession::CheckSlotsUnpinned(const std::vector<SlotIndex>& slots) co
   for (SlotIndex slot : slots) {
     if (registry_.index().live_pins(id_, slot) == 0) continue;
     return Status::Conflict(
-                "block id " + std::to_string(slot) +
-                    " is pinned: a peer's transfer is reading it, or it is a slot of a store job still without "
-                    "its result; unpublish its key and load into it once a poll's `released` event names it, or "
-                    "once the store's result has arrived");
+        "block id " + std::to_string(slot) +
+        " is pinned: a peer's transfer is reading it, or it is a slot of a store job still without "
+        "its result; unpublish its key and load into it once a poll's `released` event names it, or "
+        "once the store's result has arrived");
   }
   return Status::Ok();
 }
@@ -431,8 +435,7 @@ Status EngineSession::Load(const json::object& request, json::object*) {
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddLoad(job_id, node_job, kv_request_id, slots);
   const bool claimed = Claim(peer, kv_request_id);
-  Status failed =
-      peers->Load(node_job, peer, kv_request_id, std::move(keys), std::move(slots), MakeSlotSink(region_));
+  Status failed = peers->Load(node_job, peer, kv_request_id, std::move(keys), std::move(slots), MakeSlotSink(region_));
   if (!failed.ok()) {
     // No result is owed: undo everything this request did.
     registry_.DropRoute(node_job);
@@ -599,8 +602,8 @@ void EngineSession::Close() {
   stored_kv_ids_.clear();
   // In-flight loads and pins keep the mapping until they end.
   region_.reset();
-  spdlog::info("engine {} '{}' (pid {}) closed: {} requests finished, {} jobs dropped", id_, client_,
-               credentials_.pid, requests.size(), open_jobs);
+  spdlog::info("engine {} '{}' (pid {}) closed: {} requests finished, {} jobs dropped", id_, client_, credentials_.pid,
+               requests.size(), open_jobs);
 }
 
 }  // namespace kvpeer::daemon

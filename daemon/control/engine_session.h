@@ -148,8 +148,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
     bool seal = false;  // store's `seal`: the slots' checksums are kept from now
   };
   // Reads and checks what load (with `peer`) and store (peer null) share.
-  Status ReadJob(const boost::json::object& request, std::string_view op, std::string* peer,
-                 JobRequest* job) const;
+  Status ReadJob(const boost::json::object& request, std::string_view op, std::string* peer, JobRequest* job) const;
   Status CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::SlotIndex>* slots) const;
   // conflict naming the first of `slots` with live pins of this engine.
   Status CheckSlotsUnpinned(const std::vector<protocol::SlotIndex>& slots) const;
@@ -186,8 +185,8 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   bool closed_ = false;
 
   EngineJobs jobs_;
-  std::set<std::string> kv_ids_;                             // every request used; finished on Close
-  std::set<std::string> stored_kv_ids_;                      // requests this engine supplied (producer)
+  std::set<std::string> kv_ids_;         // every request used; finished on Close
+  std::set<std::string> stored_kv_ids_;  // requests this engine supplied (producer)
   // kv_request_id -> the peers it is claimed towards in the registry. Keyed
   // by request so that finish touches only its own claims (a burst of
   // thousands of requests would otherwise scan them all per finish).

@@ -7,8 +7,7 @@
 
 namespace kvpeer::daemon {
 
-void LookupWait::Begin(std::string peer, std::string kv_request_id,
-                       std::chrono::steady_clock::time_point deadline) {
+void LookupWait::Begin(std::string peer, std::string kv_request_id, std::chrono::steady_clock::time_point deadline) {
   target_ = Target{std::move(peer), std::move(kv_request_id), false};
   timer_.expires_at(deadline);
 }

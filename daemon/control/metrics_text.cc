@@ -25,8 +25,8 @@ void PeerStateMetrics(metrics::Registry& registry, const std::vector<PeerSnapsho
 
 void PeerTrafficMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
   auto& bytes_sent = registry.Counter("kvpeer_peer_bytes_sent_total", "Bytes sent to the peer.", {"peer"});
-  auto& bytes_received = registry.Counter("kvpeer_peer_bytes_received_total", "Bytes received from the peer.",
-                                          {"peer"});
+  auto& bytes_received =
+      registry.Counter("kvpeer_peer_bytes_received_total", "Bytes received from the peer.", {"peer"});
   auto& frames_sent = registry.Counter("kvpeer_peer_frames_sent_total", "Frames written to the peer, by message type.",
                                        {"peer", "type"});
   auto& frames_received = registry.Counter("kvpeer_peer_frames_received_total",
@@ -35,9 +35,9 @@ void PeerTrafficMetrics(metrics::Registry& registry, const std::vector<PeerSnaps
                                      "Keys this node probed on the peer (keys of lookup messages sent).", {"peer"});
   auto& hits_received = registry.Counter("kvpeer_peer_lookup_hits_received_total",
                                          "Keys the peer answered hit (in lookup_resp messages received).", {"peer"});
-  auto& keys_served = registry.Counter("kvpeer_peer_lookup_keys_served_total",
-                                       "Keys the peer probed on this node (keys of lookup messages received).",
-                                       {"peer"});
+  auto& keys_served =
+      registry.Counter("kvpeer_peer_lookup_keys_served_total",
+                       "Keys the peer probed on this node (keys of lookup messages received).", {"peer"});
   auto& hits_served = registry.Counter("kvpeer_peer_lookup_hits_served_total",
                                        "Keys of the peer's probes this node answered hit.", {"peer"});
   const auto type_name = [](size_t index) {
@@ -63,9 +63,10 @@ void PeerWorkMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot
   auto& loads = registry.Counter("kvpeer_peer_loads_total",
                                  "Loads from the peer by outcome (succeeded, failed, rejected) and reason.",
                                  {"peer", "outcome", "reason"});
-  auto& dials = registry.Counter("kvpeer_peer_dials_total", "Connection attempts this node made to the peer.", {"peer"});
-  auto& sessions = registry.Counter("kvpeer_peer_sessions_total",
-                                    "Sessions with the peer that completed the handshake.", {"peer"});
+  auto& dials =
+      registry.Counter("kvpeer_peer_dials_total", "Connection attempts this node made to the peer.", {"peer"});
+  auto& sessions =
+      registry.Counter("kvpeer_peer_sessions_total", "Sessions with the peer that completed the handshake.", {"peer"});
   for (const PeerSnapshot& peer : peers) {
     const std::string& id = peer.peer_id;
     const PeerCounters& counters = peer.counters;
@@ -80,15 +81,15 @@ void PeerWorkMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot
 }
 
 void PeerGaugeMetrics(metrics::Registry& registry, const std::vector<PeerSnapshot>& peers) {
-  auto& loads_in_flight = registry.Gauge("kvpeer_peer_loads_in_flight", "Loads from the peer still owed a result.",
-                                         {"peer"});
-  auto& rounds_serving = registry.Gauge("kvpeer_peer_rounds_serving", "Fetch rounds of the peer being served.",
-                                        {"peer"});
+  auto& loads_in_flight =
+      registry.Gauge("kvpeer_peer_loads_in_flight", "Loads from the peer still owed a result.", {"peer"});
+  auto& rounds_serving =
+      registry.Gauge("kvpeer_peer_rounds_serving", "Fetch rounds of the peer being served.", {"peer"});
   auto& queue = registry.Gauge("kvpeer_peer_write_queue_frames",
                                "Frames queued on the peer's connection and not yet written.", {"peer"});
-  auto& queue_bytes = registry.Gauge("kvpeer_peer_write_queue_bytes",
-                                     "Bytes of the frames queued on the peer's connection (max-queued-bytes applies).",
-                                     {"peer"});
+  auto& queue_bytes =
+      registry.Gauge("kvpeer_peer_write_queue_bytes",
+                     "Bytes of the frames queued on the peer's connection (max-queued-bytes applies).", {"peer"});
   auto& rtt = registry.Gauge("kvpeer_peer_rtt_seconds", "Last ping round trip to the peer.", {"peer"});
   for (const PeerSnapshot& peer : peers) {
     const std::string& id = peer.peer_id;
@@ -128,8 +129,9 @@ std::string FormatMetrics(const MetricsInput& input) {
     registry.Gauge(name, help).Set({}, value);
   };
   gauge("kvpeer_up", "1 while the daemon runs.", 1);
-  registry.Gauge("kvpeer_build_info", "The daemon's version and wire protocol version; always 1.",
-                 {"version", "wire_version"})
+  registry
+      .Gauge("kvpeer_build_info", "The daemon's version and wire protocol version; always 1.",
+             {"version", "wire_version"})
       .Set({kVersion, kWireVersion}, 1);
   gauge("kvpeer_uptime_seconds", "Seconds since the control socket opened.", static_cast<double>(input.uptime_s));
   gauge("kvpeer_engines", "Engine sessions connected.", static_cast<double>(input.engines));

@@ -62,7 +62,7 @@ enum class Counter : size_t {
 
 struct CounterSpec {
   Counter id;
-  std::string_view name;  // in status.counters; the metric is kvpeer_<name>_total
+  std::string_view name;   // in status.counters; the metric is kvpeer_<name>_total
   std::string_view limit;  // the flag of a limit_ counter ("max-peers"), else empty
 };
 

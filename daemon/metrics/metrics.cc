@@ -185,8 +185,7 @@ Family::Family(std::string name, std::string help, Type type, std::vector<std::s
 
 void Family::CheckArity(size_t n) const {
   if (n != label_names_.size()) {
-    throw std::logic_error(fmt::format("metric {}: {} label values for {} label names", name_, n,
-                                       label_names_.size()));
+    throw std::logic_error(fmt::format("metric {}: {} label values for {} label names", name_, n, label_names_.size()));
   }
 }
 
@@ -255,8 +254,8 @@ void Family::WriteText(std::string* out) const {
 Registry::Registry() = default;
 Registry::~Registry() = default;
 
-Family& Registry::Declare(std::string_view name, std::string_view help, Type type,
-                          std::vector<std::string> label_names, std::vector<double> bounds) {
+Family& Registry::Declare(std::string_view name, std::string_view help, Type type, std::vector<std::string> label_names,
+                          std::vector<double> bounds) {
   for (const auto& family : families_) {
     if (family->name_ != name) continue;
     if (family->type_ != type || family->help_ != help || family->label_names_ != label_names ||

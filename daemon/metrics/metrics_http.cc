@@ -39,9 +39,10 @@ struct Response {
 };
 
 std::string Serialize(const Response& response, bool head_only) {
-  std::string out = fmt::format(
-      "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n", response.status,
-      response.reason, response.content_type, response.body.size(), response.allow_header ? "Allow: GET, HEAD\r\n" : "");
+  std::string out =
+      fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n",
+                  response.status, response.reason, response.content_type, response.body.size(),
+                  response.allow_header ? "Allow: GET, HEAD\r\n" : "");
   if (!head_only) out += response.body;
   return out;
 }
@@ -108,8 +109,8 @@ Response MetricsHttpServer::State::Answer(std::string_view head) const {
 // Reads until the head is complete; the response to send, or nullopt when
 // the client went away, was too slow or was shed (nothing to answer).
 asio::awaitable<std::optional<Response>> MetricsHttpServer::State::ReadRequest(std::shared_ptr<State> self,
-                                                                              Connection& connection,
-                                                                              bool* head_only) {
+                                                                               Connection& connection,
+                                                                               bool* head_only) {
   std::array<char, kMaxRequestHead> head{};
   size_t received = 0;
   for (;;) {
@@ -200,8 +201,7 @@ asio::awaitable<void> MetricsHttpServer::State::AcceptLoop(std::shared_ptr<State
   }
 }
 
-MetricsHttpServer::MetricsHttpServer(asio::io_context& io, HostPort address,
-                                     std::function<std::string()> render)
+MetricsHttpServer::MetricsHttpServer(asio::io_context& io, HostPort address, std::function<std::string()> render)
     : state_(std::make_shared<State>(io, std::move(address), std::move(render))) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }

@@ -18,10 +18,14 @@ constexpr size_t IndexOf(const std::array<std::string_view, N>& labels, std::str
 size_t PeerDisconnectHandshakeLabel(PeerDisconnectReason reason) {
   const auto& labels = kHandshakeFailureLabels;
   switch (reason) {
-    case PeerDisconnectReason::kAuthenticationFailed: return IndexOf(labels, "authentication");
-    case PeerDisconnectReason::kNodeNotConfigured: return IndexOf(labels, "peer_not_configured");
-    case PeerDisconnectReason::kShuttingDown: return IndexOf(labels, "peer_shutting_down");
-    case PeerDisconnectReason::kHandshakeTimedOut: return IndexOf(labels, "timeout");
+    case PeerDisconnectReason::kAuthenticationFailed:
+      return IndexOf(labels, "authentication");
+    case PeerDisconnectReason::kNodeNotConfigured:
+      return IndexOf(labels, "peer_not_configured");
+    case PeerDisconnectReason::kShuttingDown:
+      return IndexOf(labels, "peer_shutting_down");
+    case PeerDisconnectReason::kHandshakeTimedOut:
+      return IndexOf(labels, "timeout");
     // The peer closed on purpose, or said something else (a mismatch it
     // found, in its own words): none of it may choose a label here.
     case PeerDisconnectReason::kUnspecified:
@@ -29,7 +33,8 @@ size_t PeerDisconnectHandshakeLabel(PeerDisconnectReason reason) {
     case PeerDisconnectReason::kTooManyPeers:
     case PeerDisconnectReason::kPeerRestarted:
     case PeerDisconnectReason::kDisconnectedByOperator:
-    case PeerDisconnectReason::kIdle: break;
+    case PeerDisconnectReason::kIdle:
+      break;
   }
   return labels.size() - 1;
 }
@@ -39,22 +44,35 @@ size_t PeerDisconnectHandshakeLabel(PeerDisconnectReason reason) {
 size_t HandshakeFailureLabel(CloseCause cause, PeerDisconnectReason peer_reason) {
   const auto& labels = kHandshakeFailureLabels;
   switch (cause) {
-    case CloseCause::kAuthentication: return IndexOf(labels, "authentication");
-    case CloseCause::kConfigFingerprint: return IndexOf(labels, "config_fingerprint");
-    case CloseCause::kHashSeed: return IndexOf(labels, "hash_seed");
-    case CloseCause::kBlockLen: return IndexOf(labels, "block_len");
-    case CloseCause::kWireVersion: return IndexOf(labels, "wire_version");
-    case CloseCause::kPeerId: return IndexOf(labels, "peer_id");
-    case CloseCause::kSelfConnection: return IndexOf(labels, "self_connection");
-    case CloseCause::kTls: return IndexOf(labels, "tls");
-    case CloseCause::kHandshakeTimeout: return IndexOf(labels, "timeout");
-    case CloseCause::kConnectFailed: return IndexOf(labels, "connect_failed");
+    case CloseCause::kAuthentication:
+      return IndexOf(labels, "authentication");
+    case CloseCause::kConfigFingerprint:
+      return IndexOf(labels, "config_fingerprint");
+    case CloseCause::kHashSeed:
+      return IndexOf(labels, "hash_seed");
+    case CloseCause::kBlockLen:
+      return IndexOf(labels, "block_len");
+    case CloseCause::kWireVersion:
+      return IndexOf(labels, "wire_version");
+    case CloseCause::kPeerId:
+      return IndexOf(labels, "peer_id");
+    case CloseCause::kSelfConnection:
+      return IndexOf(labels, "self_connection");
+    case CloseCause::kTls:
+      return IndexOf(labels, "tls");
+    case CloseCause::kHandshakeTimeout:
+      return IndexOf(labels, "timeout");
+    case CloseCause::kConnectFailed:
+      return IndexOf(labels, "connect_failed");
     case CloseCause::kMalformedFrame:
     case CloseCause::kMessageBeforeHandshake:
-    case CloseCause::kBadMessage: return IndexOf(labels, "protocol_violation");
+    case CloseCause::kBadMessage:
+      return IndexOf(labels, "protocol_violation");
     case CloseCause::kConnectionLost:
-    case CloseCause::kPeerSilent: return IndexOf(labels, "connection_lost");
-    case CloseCause::kPeerDisconnected: return PeerDisconnectHandshakeLabel(peer_reason);
+    case CloseCause::kPeerSilent:
+      return IndexOf(labels, "connection_lost");
+    case CloseCause::kPeerDisconnected:
+      return PeerDisconnectHandshakeLabel(peer_reason);
     // Closes this node's owner chose (RecordClose does not count them as
     // failures) and failures of our own making.
     case CloseCause::kOpen:
@@ -65,7 +83,8 @@ size_t HandshakeFailureLabel(CloseCause cause, PeerDisconnectReason peer_reason)
     case CloseCause::kDuplicate:
     case CloseCause::kPeerRestarted:
     case CloseCause::kTooManyPeers:
-    case CloseCause::kIdle: break;  // only a ready session closes as idle
+    case CloseCause::kIdle:
+      break;  // only a ready session closes as idle
   }
   return labels.size() - 1;
 }
@@ -75,17 +94,26 @@ bool IsHandshakeRefusal(size_t kind) { return kind <= IndexOf(kHandshakeFailureL
 size_t SessionCloseLabel(CloseCause cause) {
   const auto& labels = kSessionCloseLabels;
   switch (cause) {
-    case CloseCause::kPeerDisconnected: return IndexOf(labels, "peer_disconnected");
-    case CloseCause::kConnectionLost: return IndexOf(labels, "connection_lost");
-    case CloseCause::kPeerSilent: return IndexOf(labels, "peer_silent");
+    case CloseCause::kPeerDisconnected:
+      return IndexOf(labels, "peer_disconnected");
+    case CloseCause::kConnectionLost:
+      return IndexOf(labels, "connection_lost");
+    case CloseCause::kPeerSilent:
+      return IndexOf(labels, "peer_silent");
     case CloseCause::kMalformedFrame:
     case CloseCause::kMessageBeforeHandshake:
-    case CloseCause::kBadMessage: return IndexOf(labels, "protocol_violation");
-    case CloseCause::kOperator: return IndexOf(labels, "operator");
-    case CloseCause::kShutdown: return IndexOf(labels, "shutdown");
-    case CloseCause::kDuplicate: return IndexOf(labels, "duplicate");
-    case CloseCause::kPeerRestarted: return IndexOf(labels, "peer_restarted");
-    case CloseCause::kIdle: return IndexOf(labels, "idle");
+    case CloseCause::kBadMessage:
+      return IndexOf(labels, "protocol_violation");
+    case CloseCause::kOperator:
+      return IndexOf(labels, "operator");
+    case CloseCause::kShutdown:
+      return IndexOf(labels, "shutdown");
+    case CloseCause::kDuplicate:
+      return IndexOf(labels, "duplicate");
+    case CloseCause::kPeerRestarted:
+      return IndexOf(labels, "peer_restarted");
+    case CloseCause::kIdle:
+      return IndexOf(labels, "idle");
     // Handshake causes never end a ready session (a connect after ready is
     // kBadMessage); the rest have no label of their own.
     case CloseCause::kOpen:
@@ -101,7 +129,8 @@ size_t SessionCloseLabel(CloseCause cause) {
     case CloseCause::kHandshakeTimeout:
     case CloseCause::kConnectFailed:
     case CloseCause::kTls:
-    case CloseCause::kTooManyPeers: break;
+    case CloseCause::kTooManyPeers:
+      break;
   }
   return labels.size() - 1;
 }
@@ -109,12 +138,18 @@ size_t SessionCloseLabel(CloseCause cause) {
 size_t LoadFailureLabel(session::JobFailure cause) {
   const auto& labels = kLoadFailureLabels;
   switch (cause) {
-    case session::JobFailure::kTimeout: return IndexOf(labels, "timeout");
-    case session::JobFailure::kRequestFinished: return IndexOf(labels, "request_finished");
-    case session::JobFailure::kPeerFailed: return IndexOf(labels, "peer_failed");
-    case session::JobFailure::kIncomplete: return IndexOf(labels, "incomplete");
-    case session::JobFailure::kChecksum: return IndexOf(labels, "checksum");
-    case session::JobFailure::kShutdown: return IndexOf(labels, "shutdown");
+    case session::JobFailure::kTimeout:
+      return IndexOf(labels, "timeout");
+    case session::JobFailure::kRequestFinished:
+      return IndexOf(labels, "request_finished");
+    case session::JobFailure::kPeerFailed:
+      return IndexOf(labels, "peer_failed");
+    case session::JobFailure::kIncomplete:
+      return IndexOf(labels, "incomplete");
+    case session::JobFailure::kChecksum:
+      return IndexOf(labels, "checksum");
+    case session::JobFailure::kShutdown:
+      return IndexOf(labels, "shutdown");
     // The session's close; slots that vanished were counted with it before
     // causes were values. The rest are store causes, never a load's.
     case session::JobFailure::kNone:
@@ -123,7 +158,8 @@ size_t LoadFailureLabel(session::JobFailure cause) {
     case session::JobFailure::kUnfetched:
     case session::JobFailure::kAborted:
     case session::JobFailure::kNotServed:
-    case session::JobFailure::kRefused: break;
+    case session::JobFailure::kRefused:
+      break;
   }
   return IndexOf(labels, "session_closed");
 }
@@ -131,11 +167,16 @@ size_t LoadFailureLabel(session::JobFailure cause) {
 size_t StoreFailureLabel(session::JobFailure cause) {
   const auto& labels = kStoreFailureLabels;
   switch (cause) {
-    case session::JobFailure::kTimeout: return IndexOf(labels, "timeout");
-    case session::JobFailure::kUnfetched: return IndexOf(labels, "unfetched");
-    case session::JobFailure::kAborted: return IndexOf(labels, "aborted");
-    case session::JobFailure::kShutdown: return IndexOf(labels, "shutdown");
-    case session::JobFailure::kSessionClosed: return IndexOf(labels, "session_closed");
+    case session::JobFailure::kTimeout:
+      return IndexOf(labels, "timeout");
+    case session::JobFailure::kUnfetched:
+      return IndexOf(labels, "unfetched");
+    case session::JobFailure::kAborted:
+      return IndexOf(labels, "aborted");
+    case session::JobFailure::kShutdown:
+      return IndexOf(labels, "shutdown");
+    case session::JobFailure::kSessionClosed:
+      return IndexOf(labels, "session_closed");
     // A torn source or a round that ended otherwise, a refused store; the
     // rest are load causes, never a store's.
     case session::JobFailure::kNone:
@@ -145,7 +186,8 @@ size_t StoreFailureLabel(session::JobFailure cause) {
     case session::JobFailure::kPeerFailed:
     case session::JobFailure::kIncomplete:
     case session::JobFailure::kChecksum:
-    case session::JobFailure::kSlotsUnmapped: break;
+    case session::JobFailure::kSlotsUnmapped:
+      break;
   }
   return IndexOf(labels, "other");
 }

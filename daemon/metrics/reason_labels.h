@@ -25,10 +25,21 @@ namespace kvpeer::daemon {
 
 // A session that ended before its handshake completed (and was not closed
 // by this node on purpose).
-inline constexpr std::array<std::string_view, 15> kHandshakeFailureLabels = {
-    "authentication",     "config_fingerprint", "hash_seed",       "block_len",          "wire_version",
-    "peer_id",            "self_connection",    "tls",             "timeout",            "connect_failed",
-    "peer_not_configured", "peer_shutting_down", "connection_lost", "protocol_violation", "other"};
+inline constexpr std::array<std::string_view, 15> kHandshakeFailureLabels = {"authentication",
+                                                                             "config_fingerprint",
+                                                                             "hash_seed",
+                                                                             "block_len",
+                                                                             "wire_version",
+                                                                             "peer_id",
+                                                                             "self_connection",
+                                                                             "tls",
+                                                                             "timeout",
+                                                                             "connect_failed",
+                                                                             "peer_not_configured",
+                                                                             "peer_shutting_down",
+                                                                             "connection_lost",
+                                                                             "protocol_violation",
+                                                                             "other"};
 // A peer's disconnect counts by its exact reason (`peer_reason`): a fixed
 // reason the peer refused us with keeps its label ("authentication failed"
 // is authentication); any other text, including a settings mismatch the
@@ -42,9 +53,16 @@ size_t HandshakeFailureLabel(session::CloseCause cause, session::PeerDisconnectR
 bool IsHandshakeRefusal(size_t handshake_failure);
 
 // A session that was ready and has ended.
-inline constexpr std::array<std::string_view, 10> kSessionCloseLabels = {
-    "peer_disconnected", "connection_lost", "peer_silent",    "protocol_violation", "operator",
-    "shutdown",          "duplicate",       "peer_restarted", "idle",               "other"};
+inline constexpr std::array<std::string_view, 10> kSessionCloseLabels = {"peer_disconnected",
+                                                                         "connection_lost",
+                                                                         "peer_silent",
+                                                                         "protocol_violation",
+                                                                         "operator",
+                                                                         "shutdown",
+                                                                         "duplicate",
+                                                                         "peer_restarted",
+                                                                         "idle",
+                                                                         "other"};
 size_t SessionCloseLabel(session::CloseCause cause);
 
 // A failed load's label, from its cause (session::JobResult::failure),
@@ -55,8 +73,8 @@ inline constexpr std::array<std::string_view, 7> kLoadFailureLabels = {
 size_t LoadFailureLabel(session::JobFailure cause);
 
 // A failed store job's label, from its cause (session::JobResult::failure).
-inline constexpr std::array<std::string_view, 6> kStoreFailureLabels = {
-    "timeout", "unfetched", "aborted", "shutdown", "session_closed", "other"};
+inline constexpr std::array<std::string_view, 6> kStoreFailureLabels = {"timeout",  "unfetched",      "aborted",
+                                                                        "shutdown", "session_closed", "other"};
 size_t StoreFailureLabel(session::JobFailure cause);
 
 }  // namespace kvpeer::daemon

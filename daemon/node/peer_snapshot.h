@@ -30,7 +30,7 @@ struct PeerCounters {
   uint64_t sessions_ready = 0;  // sessions that completed the handshake
   uint64_t loads_succeeded = 0;
   std::array<uint64_t, kLoadFailureLabels.size()> loads_failed{};  // by LoadFailureLabel
-  uint64_t loads_rejected = 0;  // refused at once: peer unavailable
+  uint64_t loads_rejected = 0;                                     // refused at once: peer unavailable
 };
 
 struct PeerSnapshot {

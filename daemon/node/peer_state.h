@@ -15,7 +15,7 @@ enum class PeerState { kConnecting, kHandshaking, kReady, kBackoff, kClosed };
 
 // Indexed by PeerState, in its order.
 inline constexpr std::array<std::string_view, 5> kPeerStateNames = {"connecting", "handshaking", "ready", "backoff",
-                                                                     "closed"};
+                                                                    "closed"};
 
 constexpr std::string_view PeerStateName(PeerState state) { return kPeerStateNames[static_cast<size_t>(state)]; }
 

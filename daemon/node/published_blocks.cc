@@ -12,8 +12,8 @@
 
 namespace kvpeer::daemon {
 
-using protocol::SlotIndex;
 using protocol::Key;
+using protocol::SlotIndex;
 
 // One slot that is published, pinned, or waiting to be reported free.
 // Absent from the map = free and unreported-free: nothing to track.
@@ -22,8 +22,8 @@ struct SlotState {
   // index's map never moves its nodes), so a slot's keys can be withdrawn
   // without a scan of the whole index.
   std::vector<const Key*> keys;
-  uint32_t pins = 0;             // live PinRefs reading it
-  bool release_pending = false;  // withdrawn while pinned: report when unpinned
+  uint32_t pins = 0;               // live PinRefs reading it
+  bool release_pending = false;    // withdrawn while pinned: report when unpinned
   std::optional<uint64_t> sealed;  // the checksum kept by a sealed publish
 };
 
@@ -35,7 +35,7 @@ struct NodePublishedBlocks::Engine {
   std::unordered_map<SlotIndex, SlotState> slots;
   ReleasedFn on_released;  // empty once the engine is removed
   size_t published = 0;
-  uint64_t key_bytes = 0;  // with kHoldingBytes per key
+  uint64_t key_bytes = 0;               // with kHoldingBytes per key
   std::shared_ptr<uint64_t> node_pins;  // the index's count of live pins
   // Reaches the index's OnSealBroken while the index and the engine live.
   std::function<void(SlotIndex, uint64_t)> on_seal_broken;
@@ -145,8 +145,7 @@ class RegionSink : public session::SlotSink {
 }  // namespace
 
 NodePublishedBlocks::NodePublishedBlocks()
-    : live_pins_(std::make_shared<uint64_t>(0)),
-      self_(std::make_shared<NodePublishedBlocks*>(this)) {}
+    : live_pins_(std::make_shared<uint64_t>(0)), self_(std::make_shared<NodePublishedBlocks*>(this)) {}
 NodePublishedBlocks::~NodePublishedBlocks() = default;
 
 void NodePublishedBlocks::AddEngine(EngineId engine, std::shared_ptr<ShmRegion> region, ReleasedFn on_released) {
@@ -243,16 +242,17 @@ Status NodePublishedBlocks::CheckLimits(EngineId engine, const Engine& owner, co
     ++count_of(slot);
   }
   if (limits_.max_key_bytes != 0 && bytes > static_cast<int64_t>(limits_.max_key_bytes)) {
-    return Refuse(Counter::kLimitMaxPublishedKeyBytes, engine, "max-published-key-bytes (" + std::to_string(limits_.max_key_bytes) +
-                            ") reached: this engine's published keys would take " + std::to_string(bytes) +
-                            " bytes (key bytes plus " + std::to_string(kHoldingBytes) +
-                            " per key); unpublish keys first");
+    return Refuse(Counter::kLimitMaxPublishedKeyBytes, engine,
+                  "max-published-key-bytes (" + std::to_string(limits_.max_key_bytes) +
+                      ") reached: this engine's published keys would take " + std::to_string(bytes) +
+                      " bytes (key bytes plus " + std::to_string(kHoldingBytes) + " per key); unpublish keys first");
   }
   for (const auto& [slot, n] : count) {
     if (limits_.max_keys_per_slot == 0 || n <= static_cast<int64_t>(limits_.max_keys_per_slot)) continue;
-    return Refuse(Counter::kLimitMaxKeysPerSlot, engine, "max-keys-per-slot (" + std::to_string(limits_.max_keys_per_slot) +
-                            ") reached: block id " + std::to_string(slot) + " would hold " + std::to_string(n) +
-                            " keys of this engine; unpublish its older keys first");
+    return Refuse(Counter::kLimitMaxKeysPerSlot, engine,
+                  "max-keys-per-slot (" + std::to_string(limits_.max_keys_per_slot) + ") reached: block id " +
+                      std::to_string(slot) + " would hold " + std::to_string(n) +
+                      " keys of this engine; unpublish its older keys first");
   }
   return Status::Ok();
 }
@@ -284,9 +284,10 @@ void NodePublishedBlocks::OnSealBroken(EngineId engine, SlotIndex slot, uint64_t
   if (state == owner->second->slots.end() || state->second.sealed != seal) return;  // sealed again since
   ++seals_broken_;
   if (counters_ != nullptr) counters_->Add(Counter::kSealsBroken);
-  spdlog::warn("engine {}: block id {} changed after it was published sealed and a peer was sent it; its keys are "
-               "withdrawn and the round failed (docs/vllm.md, \"Serving without pins\")",
-               engine, slot);
+  spdlog::warn(
+      "engine {}: block id {} changed after it was published sealed and a peer was sent it; its keys are "
+      "withdrawn and the round failed (docs/vllm.md, \"Serving without pins\")",
+      engine, slot);
   WithdrawSlot(engine, *owner->second, slot, /*report=*/true);
 }
 
@@ -379,7 +380,7 @@ uint32_t NodePublishedBlocks::holders(const Key& key) const {
 }
 
 session::PinRef NodePublishedBlocks::Pin(EngineId engine, SlotIndex slot, std::shared_ptr<const void> attachment,
-                                    std::optional<uint64_t> sealed) {
+                                         std::optional<uint64_t> sealed) {
   return std::make_shared<SlotPin>(engines_.at(engine), slot, std::move(attachment), sealed);
 }
 

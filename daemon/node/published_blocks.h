@@ -107,8 +107,8 @@ class NodePublishedBlocks : public session::PublishedBlocks {
   // new one changed bytes, so its older keys are withdrawn. Without `seals`
   // the publish drops the slots' kept values. Refused whole (conflict naming
   // the limit) when the engine would pass a PublishLimits bound.
-  Status Publish(EngineId engine, const std::vector<protocol::Key>& keys,
-                 const std::vector<protocol::SlotIndex>& slots, const SlotSeals* seals = nullptr);
+  Status Publish(EngineId engine, const std::vector<protocol::Key>& keys, const std::vector<protocol::SlotIndex>& slots,
+                 const SlotSeals* seals = nullptr);
   // Withdraws those of `keys` that `engine` publishes (others are ignored).
   // A slot still holding another key is in neither list.
   UnpublishResult Unpublish(EngineId engine, const std::vector<protocol::Key>& keys);

@@ -28,15 +28,15 @@ std::string Errno(int err) { return std::strerror(err); }
 Status CheckShape(const RegionShape& shape, uint64_t* end) {
   if (shape.num_blocks == 0 || shape.num_blocks > kMaxNumBlocks) {
     return Status::Invalid("num_blocks must be 1 ..= " + std::to_string(kMaxNumBlocks) + ", is " +
-                               std::to_string(shape.num_blocks));
+                           std::to_string(shape.num_blocks));
   }
   if (shape.block_len == 0) return Status::Invalid("block_len must be > 0");
   constexpr uint64_t kMaxEnd = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
   const uint64_t max_bytes = kMaxEnd / shape.num_blocks;
   if (shape.block_len > max_bytes || shape.offset > kMaxEnd - shape.num_blocks * shape.block_len) {
     return Status::Invalid("offset " + std::to_string(shape.offset) + " + num_blocks " +
-                               std::to_string(shape.num_blocks) + " * block_len " +
-                               std::to_string(shape.block_len) + " overflows a file size");
+                           std::to_string(shape.num_blocks) + " * block_len " + std::to_string(shape.block_len) +
+                           " overflows a file size");
   }
   *end = shape.offset + shape.num_blocks * shape.block_len;
   return Status::Ok();
@@ -87,9 +87,8 @@ Status ShmRegion::MapPath(const std::string& path, const RegionShape& shape, std
   // One message for "absent", "not traversable", "not a regular file" and
   // "not the engine's": telling them apart would let an engine probe paths
   // it cannot reach itself (docs/security.md "Control socket and engines").
-  const std::string refused =
-      "cannot open " + what + ": not accessible or not a regular file owned by " +
-      (owner_uid ? "uid " + std::to_string(*owner_uid) : std::string("the engine"));
+  const std::string refused = "cannot open " + what + ": not accessible or not a regular file owned by " +
+                              (owner_uid ? "uid " + std::to_string(*owner_uid) : std::string("the engine"));
   auto acceptable = [&](const struct stat& st) {
     return S_ISREG(st.st_mode) && (!owner_uid || st.st_uid == *owner_uid);
   };
@@ -116,18 +115,16 @@ Status ShmRegion::MapFd(int fd, const RegionShape& shape, std::shared_ptr<ShmReg
   return Map(fd, what, shape, out);
 }
 
-Status ShmRegion::Map(int fd, const std::string& what, const RegionShape& shape,
-                      std::shared_ptr<ShmRegion>* out) {
+Status ShmRegion::Map(int fd, const std::string& what, const RegionShape& shape, std::shared_ptr<ShmRegion>* out) {
   uint64_t end = 0;
   if (Status bad = CheckShape(shape, &end); !bad.ok()) return bad;
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Status::Invalid(what + ": fstat failed: " + Errno(errno));
   const uint64_t size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
   if (size < end) {
-    return Status::Invalid(
-                what + " has " + std::to_string(size) + " bytes, fewer than offset " + std::to_string(shape.offset) +
-                    " + num_blocks " + std::to_string(shape.num_blocks) + " * block_len " +
-                    std::to_string(shape.block_len) + " = " + std::to_string(end));
+    return Status::Invalid(what + " has " + std::to_string(size) + " bytes, fewer than offset " +
+                           std::to_string(shape.offset) + " + num_blocks " + std::to_string(shape.num_blocks) +
+                           " * block_len " + std::to_string(shape.block_len) + " = " + std::to_string(end));
   }
   // mmap wants a file offset aligned to the file's pages (a hugetlbfs
   // file's are huge): map from the page holding `offset` and remember how

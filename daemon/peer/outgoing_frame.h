@@ -33,8 +33,7 @@ class OutgoingFrame {
   // `head` and `blocks` must outlive this object. `bounce` is the
   // connection's buffer (TLS only; null for plain TCP), grown to at most
   // kBounceBytes.
-  OutgoingFrame(const std::string& head, const std::vector<session::PinRef>& blocks,
-                std::vector<uint8_t>* bounce);
+  OutgoingFrame(const std::string& head, const std::vector<session::PinRef>& blocks, std::vector<uint8_t>* bounce);
 
   bool done() const { return offset_ == total_; }
   // What to write next; non-empty unless done().

@@ -99,7 +99,8 @@ void PeerConnection::StartAccepted() {
     phase_.Enter(PeerPhase::kTlsHandshake);
     StartTickLoop();
     auto self = shared_from_this();
-    asio::co_spawn(socket_.get_executor(), [self]() { return self->AcceptTls(); }, asio::detached);
+    asio::co_spawn(
+        socket_.get_executor(), [self]() { return self->AcceptTls(); }, asio::detached);
     return;
   }
   StartLoops();
@@ -195,8 +196,10 @@ asio::awaitable<void> PeerConnection::Dial(std::string host, std::string port, s
 void PeerConnection::StartLoops() {
   phase_.Enter(PeerPhase::kRunning);
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->WriteLoop(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->ReadLoop(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->WriteLoop(); }, asio::detached);
 }
 
 // Started once, when the connection starts (StartAccepted, StartDial), and
@@ -204,7 +207,8 @@ void PeerConnection::StartLoops() {
 // run in every phase.
 void PeerConnection::StartTickLoop() {
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->TickLoop(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->TickLoop(); }, asio::detached);
 }
 
 // ---------------------------------------------------------------------------
@@ -529,8 +533,8 @@ void PeerConnection::NoteQueued(const session::OutFrame& frame) {
 // a TLS record the socket took part of would be lost by a write that does
 // not wait, so under TLS the writer writes everything.
 bool PeerConnection::MayWriteControlFramesNow() const {
-  return phase_.now() == PeerPhase::kRunning && stream_.zero_copy() && !write_in_progress_ &&
-         !write_queue_.empty() && !IsDataFrame(write_queue_.front().frame);
+  return phase_.now() == PeerPhase::kRunning && stream_.zero_copy() && !write_in_progress_ && !write_queue_.empty() &&
+         !IsDataFrame(write_queue_.front().frame);
 }
 
 bool PeerConnection::HeadWritten(QueuedFrame& queued, size_t& n) {
@@ -623,11 +627,13 @@ asio::awaitable<void> PeerConnection::WriteDataFrame(boost::system::error_code& 
   CountSent(queued.frame.message);
   const auto& data = std::get<protocol::BlockData>(queued.frame.message);
   if (torn) {
-    OnFrameNotServed(data, "a source block could not be read while its frame was written (engine region "
-                           "truncated); the rest of the frame was sent as zeros");
+    OnFrameNotServed(data,
+                     "a source block could not be read while its frame was written (engine region "
+                     "truncated); the rest of the frame was sent as zeros");
   } else if (!SealsHeld(queued.frame.blocks)) {
-    OnFrameNotServed(data, "a source block published sealed no longer held its sealed bytes after it was sent "
-                           "(its slot was reused); its keys are withdrawn");
+    OnFrameNotServed(data,
+                     "a source block published sealed no longer held its sealed bytes after it was sent "
+                     "(its slot was reused); its keys are withdrawn");
   }
   // `queued` dies here: its source blocks are unpinned now that they are on the wire.
 }

@@ -311,7 +311,7 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // takes it back (its callback holds no reference to this connection).
   std::unique_ptr<PeerResolver::Lookup> lookup_;
   bool write_in_progress_ = false;
-  bool reading_into_slot_ = false;  // the pending read targets a block slot
+  bool reading_into_slot_ = false;                // the pending read targets a block slot
   boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
   bool read_diverted_ = false;                    // ... and did
   std::chrono::steady_clock::time_point last_read_at_{};

@@ -166,8 +166,8 @@ std::vector<std::pair<std::string, session::Duration>> PeerDirectory::Reap() {
 }
 
 session::Duration PeerDirectory::ReapTick() const {
-  return std::min<session::Duration>(kMaxReapTick,
-                                     std::max<session::Duration>(config_.reap_after / 4, std::chrono::milliseconds(10)));
+  return std::min<session::Duration>(
+      kMaxReapTick, std::max<session::Duration>(config_.reap_after / 4, std::chrono::milliseconds(10)));
 }
 
 void PeerDirectory::Bind(const std::string& kv_request_id, const std::string& peer) { bindings_[kv_request_id] = peer; }

@@ -50,8 +50,8 @@ inline constexpr auto kMaxBackoff = std::chrono::seconds(5);
 inline constexpr unsigned kMaxResubmits = 4;
 
 struct PeerDirectoryConfig {
-  std::string local_id;            // this node's id (the crossed-dial rule)
-  size_t max_peers = 0;            // peers with a live connection at most; 0 = none
+  std::string local_id;  // this node's id (the crossed-dial rule)
+  size_t max_peers = 0;  // peers with a live connection at most; 0 = none
   session::Duration reap_after = std::chrono::seconds(60);
   session::Duration load_timeout = std::chrono::seconds(30);
 };
@@ -90,10 +90,10 @@ struct PeerRoute {
 // What becomes of an accepted connection that just became ready (Adopt).
 struct Adoption {
   enum class Kind {
-    kAdopt,          // it is the peer's connection now
-    kTooManyPeers,   // refuse it: disconnect "too many peers"
-    kCloseNew,       // it is a duplicate: close it ("duplicate")
-    kSupersede,      // it replaces `old`, which closes with `cause`/`reason`
+    kAdopt,         // it is the peer's connection now
+    kTooManyPeers,  // refuse it: disconnect "too many peers"
+    kCloseNew,      // it is a duplicate: close it ("duplicate")
+    kSupersede,     // it replaces `old`, which closes with `cause`/`reason`
   };
   Kind kind = Kind::kAdopt;
   ConnectionId connection = 0;  // the adopted connection's id
@@ -130,8 +130,9 @@ std::optional<session::Duration> ResubmitTimeout(unsigned asked, unsigned max_as
 class PeerDirectory {
  public:
   using WallClock = std::function<std::chrono::system_clock::time_point()>;
-  PeerDirectory(PeerDirectoryConfig config, session::Clock clock,
-                WallClock wall_clock = [] { return std::chrono::system_clock::now(); });
+  PeerDirectory(
+      PeerDirectoryConfig config, session::Clock clock,
+      WallClock wall_clock = [] { return std::chrono::system_clock::now(); });
 
   void set_local_id(std::string local_id) { config_.local_id = std::move(local_id); }
   // From now on closes are not failed dials and handed-back loads fail

@@ -78,7 +78,8 @@ StatusOr<uint16_t> PeerManager::Listen() {
   } catch (const boost::system::system_error& error) {
     return Status::Unavailable(error.what());
   }
-  asio::co_spawn(io_, [this]() { return AcceptLoop(); }, asio::detached);
+  asio::co_spawn(
+      io_, [this]() { return AcceptLoop(); }, asio::detached);
   ScheduleReap();
   return acceptor_.local_endpoint().port();
 }

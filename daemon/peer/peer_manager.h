@@ -142,8 +142,7 @@ class PeerManager : public PeerService, private ConnectionListener {
               session::SlotSinkRef sink) override;
   void Store(session::JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,
              std::vector<session::PinRef> blocks) override;
-  void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers,
-              bool producer) override;
+  void Finish(const std::string& kv_request_id, const std::vector<std::string>& client_peers, bool producer) override;
   void Connect(const std::string& peer, std::function<void(Status)> done) override;
   Status Disconnect(const std::string& peer) override;
   std::vector<PeerSnapshot> PeerSnapshots() const override;
@@ -162,7 +161,6 @@ class PeerManager : public PeerService, private ConnectionListener {
   void OnLookupResp(PeerConnection& connection) override;
   void OnLimitHit(PeerConnection& connection, std::string_view limit, uint64_t count,
                   const std::string& detail) override;
-
 
   boost::asio::awaitable<void> AcceptLoop();
   // Logs a failed accept (at most once a second) and, when the process or
@@ -188,8 +186,8 @@ class PeerManager : public PeerService, private ConnectionListener {
   // the full load timeout) or for work a superseded session handed back
   // (`resubmitted`: what is left of the load's timeout, ResubmitTimeout).
   Status SubmitLoad(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
-                    std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
-                    session::SlotSinkRef sink, std::optional<session::Duration> resubmitted);
+                    std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots, session::SlotSinkRef sink,
+                    std::optional<session::Duration> resubmitted);
   // An accepted connection just became ready: the directory applies the
   // duplicate and restart rules (wire spec section 1); this makes it the
   // peer's connection, or closes it.

@@ -12,8 +12,8 @@ namespace kvpeer::daemon {
 // Engine work
 
 Status PeerManager::Lookup(const std::string& peer, const std::string& kv_request_id,
-                              const std::vector<protocol::Key>& keys, bool flush,
-                              std::vector<session::ProbeAnswer>* answers) {
+                           const std::vector<protocol::Key>& keys, bool flush,
+                           std::vector<session::ProbeAnswer>* answers) {
   answers->clear();
   Status error;
   PeerConnection* connection = SessionFor(peer, &error);
@@ -27,8 +27,8 @@ Status PeerManager::Lookup(const std::string& peer, const std::string& kv_reques
     const size_t probes = connection->session().ProbesWith(kv_request_id, keys);
     if (probes > config_.max_pending_lookups) {
       const std::string why = "max-pending-lookups (" + std::to_string(config_.max_pending_lookups) +
-                              ") reached: kv_request_id '" + kv_request_id + "' would hold " +
-                              std::to_string(probes) + " distinct probes on peer " + peer +
+                              ") reached: kv_request_id '" + kv_request_id + "' would hold " + std::to_string(probes) +
+                              " distinct probes on peer " + peer +
                               "; load or finish the request first, or raise --max-pending-lookups";
       limits_.Hit(counters_, Counter::kLimitMaxPendingLookups, why);
       return Status::Invalid(why);
@@ -158,9 +158,10 @@ size_t PeerManager::LoadsInFlight() const {
 
 void PeerManager::ResubmitQueued() {
   for (Resubmission& queued : directory_.TakeResubmissions()) {
-    spdlog::info("peer {}: asking again for {} loads and the probes of {} requests that a superseded connection "
-                 "handed back ({})",
-                 queued.peer, queued.work.loads.size(), queued.work.probes.size(), queued.reason);
+    spdlog::info(
+        "peer {}: asking again for {} loads and the probes of {} requests that a superseded connection "
+        "handed back ({})",
+        queued.peer, queued.work.loads.size(), queued.work.probes.size(), queued.reason);
     for (session::UnservedLoad& load : queued.work.loads) ResubmitLoad(queued.peer, std::move(load), queued.reason);
     // Probes go to the replacement this node chose (PeerDirectory::HandBack),
     // never to a new dial: a peer that keeps closing its connections as idle
@@ -193,10 +194,10 @@ void PeerManager::ResubmitLoad(const std::string& peer, session::UnservedLoad lo
                         std::move(load.sink), verdict.time_left);
     if (status.ok()) return;
   } else if (verdict.times_asked < kMaxResubmits) {
-    status = Status::Unavailable(reason + "; not asked again: the load timeout (" +
-                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                    config_.load_timeout).count()) +
-                                 " s) since the load's start has passed");
+    status = Status::Unavailable(
+        reason + "; not asked again: the load timeout (" +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.load_timeout).count()) +
+        " s) since the load's start has passed");
   }
   const auto failure = shutting_down_ ? session::JobFailure::kShutdown : session::JobFailure::kSessionClosed;
   ReportLoadResult(peer, session::JobResult{job_id, kv_request_id, false, status.message(), failure});

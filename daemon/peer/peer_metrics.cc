@@ -62,14 +62,14 @@ void PeerMetrics::RecordLoadResult(PeerCounters* counters, const std::string& pe
       load_seconds_succeeded_.Observe(seconds);
       load_bytes_.Observe(static_cast<double>(started->bytes));
     }
-    spdlog::debug("peer {}: load (node job {}) of kv_request_id {} done: {} bytes in {:.3f} ms", peer,
-                  result.job_id, result.kv_request_id, started ? started->bytes : 0, seconds * 1e3);
+    spdlog::debug("peer {}: load (node job {}) of kv_request_id {} done: {} bytes in {:.3f} ms", peer, result.job_id,
+                  result.kv_request_id, started ? started->bytes : 0, seconds * 1e3);
     return;
   }
   if (counters != nullptr) ++counters->loads_failed[LoadFailureLabel(result.failure)];
   if (started) load_seconds_failed_.Observe(seconds);
-  spdlog::info("peer {}: load (node job {}) of kv_request_id {} failed: {}", peer, result.job_id,
-               result.kv_request_id, result.reason);
+  spdlog::info("peer {}: load (node job {}) of kv_request_id {} failed: {}", peer, result.job_id, result.kv_request_id,
+               result.reason);
 }
 
 // A block whose landed bytes did not match its producer's xxh3
@@ -81,11 +81,11 @@ void PeerMetrics::RecordChecksumFailure(const std::string& peer, const session::
   // A key is at most 4 KiB; its first 64 bytes name it in a log line.
   constexpr size_t kShownKeyBytes = 64;
   const std::string_view key = failure.key;
-  spdlog::warn("peer {}: checksum mismatch: kv_request_id {} key {}{} (slot {}): the peer sent xxh3 {}, the landed "
-               "bytes hash to {}; the load failed",
-               peer, failure.kv_request_id, ToHex(key.substr(0, kShownKeyBytes)),
-               key.size() > kShownKeyBytes ? "..." : "", failure.block_index, protocol::ChecksumHex(failure.expected),
-               protocol::ChecksumHex(failure.landed));
+  spdlog::warn(
+      "peer {}: checksum mismatch: kv_request_id {} key {}{} (slot {}): the peer sent xxh3 {}, the landed "
+      "bytes hash to {}; the load failed",
+      peer, failure.kv_request_id, ToHex(key.substr(0, kShownKeyBytes)), key.size() > kShownKeyBytes ? "..." : "",
+      failure.block_index, protocol::ChecksumHex(failure.expected), protocol::ChecksumHex(failure.landed));
 }
 
 void PeerMetrics::RecordLookupRoundTrip(session::Duration round_trip) {
@@ -110,9 +110,9 @@ void PeerMetrics::RecordClose(const PeerConnection& connection) {
     // before its handshake completed is no failure of the handshake; nor is
     // the peer settling a crossed dial ("duplicate": its other connection
     // with this node survives).
-    const bool peer_kept_another = connection.session().close_cause() == session::CloseCause::kPeerDisconnected &&
-                                   connection.session().peer_disconnect_reason() ==
-                                       session::PeerDisconnectReason::kDuplicate;
+    const bool peer_kept_another =
+        connection.session().close_cause() == session::CloseCause::kPeerDisconnected &&
+        connection.session().peer_disconnect_reason() == session::PeerDisconnectReason::kDuplicate;
     if (connection.closed_by_owner() || peer_kept_another) {
       spdlog::info("peer {} ({}): closed during the handshake: {}", peer, address, reason);
       return;
@@ -161,39 +161,42 @@ void PeerMetrics::CountAuthFailure(const PeerConnection& connection) {
 }
 
 void PeerMetrics::CollectMetrics(metrics::Registry& registry, size_t handshaking, size_t unbound_store_jobs) const {
-  auto& handshakes = registry.Counter("kvpeer_peer_handshake_failures_total",
-                                      "Peer connections that ended before the handshake completed, by reason.",
-                                      {"reason"});
+  auto& handshakes =
+      registry.Counter("kvpeer_peer_handshake_failures_total",
+                       "Peer connections that ended before the handshake completed, by reason.", {"reason"});
   for (size_t i = 0; i < kHandshakeFailureLabels.size(); ++i) {
     handshakes.Add({kHandshakeFailureLabels[i]}, handshake_failures_[i]);
   }
-  auto& closed = registry.Counter("kvpeer_peer_sessions_closed_total",
-                                  "Ready peer sessions that ended, by reason.", {"reason"});
+  auto& closed =
+      registry.Counter("kvpeer_peer_sessions_closed_total", "Ready peer sessions that ended, by reason.", {"reason"});
   for (size_t i = 0; i < kSessionCloseLabels.size(); ++i) closed.Add({kSessionCloseLabels[i]}, sessions_closed_[i]);
-  auto& violations = registry.Counter("kvpeer_peer_protocol_violations_total",
-                                      "Protocol violations by peers that this node disconnected for, by reason.",
-                                      {"reason"});
+  auto& violations =
+      registry.Counter("kvpeer_peer_protocol_violations_total",
+                       "Protocol violations by peers that this node disconnected for, by reason.", {"reason"});
   for (const auto& [label, count] : violations_) violations.Add({label}, count);
   auto& refused = registry.Counter("kvpeer_peer_connections_refused_total",
                                    "Inbound peer connections refused before the handshake, by reason.", {"reason"});
   for (size_t i = 0; i < kConnectionRefusalLabels.size(); ++i) refused.Add({kConnectionRefusalLabels[i]}, refused_[i]);
   registry.Gauge("kvpeer_peer_handshaking_connections", "Peer connections not ready yet (status.handshaking).")
       .Set({}, static_cast<double>(handshaking));
-  registry.Counter("kvpeer_peer_accept_failures_total", "Failed accepts on the peer listener (e.g. out of descriptors).")
+  registry
+      .Counter("kvpeer_peer_accept_failures_total", "Failed accepts on the peer listener (e.g. out of descriptors).")
       .Add({}, accept_failures_);
-  registry.Counter("kvpeer_peer_entries_reaped_total",
-                   "Peer entries removed after peer-reap-after-s without a connection or waiting work.")
+  registry
+      .Counter("kvpeer_peer_entries_reaped_total",
+               "Peer entries removed after peer-reap-after-s without a connection or waiting work.")
       .Add({}, peers_reaped_);
   registry.Gauge("kvpeer_unbound_store_jobs", "Store jobs waiting for a peer to fetch them (not bound to a session).")
       .Set({}, static_cast<double>(unbound_store_jobs));
 
   registry
       .Histogram("kvpeer_lookup_round_trip_seconds",
-                 "Time from sending a lookup to a peer to receiving its lookup_resp.", peer_histograms::kLookupRoundTrip)
+                 "Time from sending a lookup to a peer to receiving its lookup_resp.",
+                 peer_histograms::kLookupRoundTrip)
       .Merge({}, lookup_round_trip_);
-  auto& load_seconds = registry.Histogram("kvpeer_load_duration_seconds",
-                                          "Time from a load's fetch to its result, by outcome.", peer_histograms::kLoadSeconds,
-                                          {"outcome"});
+  auto& load_seconds =
+      registry.Histogram("kvpeer_load_duration_seconds", "Time from a load's fetch to its result, by outcome.",
+                         peer_histograms::kLoadSeconds, {"outcome"});
   load_seconds.Merge({"succeeded"}, load_seconds_succeeded_);
   load_seconds.Merge({"failed"}, load_seconds_failed_);
   registry

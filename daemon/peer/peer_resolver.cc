@@ -219,8 +219,7 @@ void PeerResolver::Pool::Stop() {
 // ---------------------------------------------------------------------------
 // Core
 
-std::unique_ptr<PeerResolver::Lookup> PeerResolver::Core::Resolve(const std::string& host, uint16_t port,
-                                                                  Done done) {
+std::unique_ptr<PeerResolver::Lookup> PeerResolver::Core::Resolve(const std::string& host, uint16_t port, Done done) {
   auto waiter = std::make_shared<Waiter>(executor, host, port, std::move(done));
   auto handle = std::make_unique<LookupHandle>(weak_from_this(), waiter);
   boost::system::error_code not_literal;
@@ -311,9 +310,8 @@ void PeerResolver::Core::Remember(const std::string& host, HostAddresses answer)
   if (!cache.contains(host) && cache.size() >= options.max_cached) {
     std::erase_if(cache, [now](const auto& entry) { return entry.second.expires <= now; });
     if (cache.size() >= options.max_cached) {
-      auto soonest = std::min_element(cache.begin(), cache.end(), [](const auto& a, const auto& b) {
-        return a.second.expires < b.second.expires;
-      });
+      auto soonest = std::min_element(cache.begin(), cache.end(),
+                                      [](const auto& a, const auto& b) { return a.second.expires < b.second.expires; });
       cache.erase(soonest);
     }
   }

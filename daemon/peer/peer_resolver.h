@@ -72,14 +72,14 @@ HostAddresses LookUpHost(const std::string& host);
 class PeerResolver {
  public:
   struct Options {
-    size_t threads = 4;                         // pool threads at most (started as needed)
-    std::chrono::milliseconds timeout{5000};    // per caller
-    std::chrono::milliseconds ttl{30000};       // a found address is reused this long
+    size_t threads = 4;                            // pool threads at most (started as needed)
+    std::chrono::milliseconds timeout{5000};       // per caller
+    std::chrono::milliseconds ttl{30000};          // a found address is reused this long
     std::chrono::milliseconds negative_ttl{2000};  // a failure is repeated this long
-    size_t max_cached = 1024;                   // names in the cache
-    size_t max_in_flight = 64;                  // distinct names being looked up
-    size_t max_waiting = 4096;                  // callers waiting, in all
-    size_t max_addresses = 16;                  // kept per name
+    size_t max_cached = 1024;                      // names in the cache
+    size_t max_in_flight = 64;                     // distinct names being looked up
+    size_t max_waiting = 4096;                     // callers waiting, in all
+    size_t max_addresses = 16;                     // kept per name
     // The blocking lookup the pool runs; LookUpHost when empty (tests
     // inject a fake).
     std::function<HostAddresses(const std::string& host)> lookup;

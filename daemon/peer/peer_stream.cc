@@ -82,9 +82,9 @@ Status PeerStream::IdentityMismatch(const std::string& host) const {
   if (certificate == nullptr) return Status::Violation("no peer certificate");
   boost::system::error_code not_ip;
   asio::ip::make_address(host, not_ip);
-  const int matched = not_ip ? X509_check_host(certificate, host.data(), host.size(),
-                                               X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, nullptr)
-                             : X509_check_ip_asc(certificate, host.c_str(), 0);
+  const int matched =
+      not_ip ? X509_check_host(certificate, host.data(), host.size(), X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, nullptr)
+             : X509_check_ip_asc(certificate, host.c_str(), 0);
   if (matched == 1) return Status::Ok();
   return Status::Violation(std::string("the peer's certificate does not name ") + (not_ip ? "host " : "address ") +
                            host);

@@ -102,8 +102,8 @@ Status Handshake::CheckSettings(const protocol::Connect& peer) {
     return Failed(CloseCause::kBlockLen,
                   Mismatch("block_len", std::to_string(settings_.block_len), std::to_string(peer.block_len)));
   if (peer.config_fingerprint != settings_.config_fingerprint)
-    return Failed(CloseCause::kConfigFingerprint, Mismatch("config_fingerprint", Quote(settings_.config_fingerprint),
-                                                           Quote(peer.config_fingerprint)));
+    return Failed(CloseCause::kConfigFingerprint,
+                  Mismatch("config_fingerprint", Quote(settings_.config_fingerprint), Quote(peer.config_fingerprint)));
   // The hash seed keys the block hashes; it is not printed (spec section 4).
   if (peer.hash_seed != settings_.hash_seed)
     return Failed(CloseCause::kHashSeed, Status::Violation("hash_seed mismatch"));
@@ -112,9 +112,9 @@ Status Handshake::CheckSettings(const protocol::Connect& peer) {
 
 Status Handshake::CheckIdentity(const protocol::Connect& peer) {
   if (dialer() && peer.peer_id != settings_.expected_peer_id)
-    return Failed(CloseCause::kPeerId, Status::Violation("peer_id mismatch: dialled " +
-                                                         Quote(settings_.expected_peer_id) + ", peer says " +
-                                                         Quote(peer.peer_id)));
+    return Failed(CloseCause::kPeerId,
+                  Status::Violation("peer_id mismatch: dialled " + Quote(settings_.expected_peer_id) + ", peer says " +
+                                    Quote(peer.peer_id)));
   // Our own epoch coming back is a connection to ourselves or a reflected
   // connect.
   if (peer.epoch == settings_.epoch)
@@ -175,13 +175,13 @@ Status Handshake::CheckAckMatchesConnect(const protocol::ConnectAck& ack) {
     return Failed(CloseCause::kWireVersion, Mismatch("connect_ack.wire_major", std::to_string(protocol::kWireMajor),
                                                      std::to_string(ack.wire_major)));
   if (ack.peer_id != peer_connect_->peer_id)
-    return Failed(CloseCause::kPeerId, Status::Violation("connect_ack.peer_id " + Quote(ack.peer_id) +
-                                                         " differs from connect.peer_id " +
-                                                         Quote(peer_connect_->peer_id)));
+    return Failed(CloseCause::kPeerId,
+                  Status::Violation("connect_ack.peer_id " + Quote(ack.peer_id) + " differs from connect.peer_id " +
+                                    Quote(peer_connect_->peer_id)));
   if (ack.epoch != peer_connect_->epoch)
-    return Failed(CloseCause::kBadMessage, Status::Violation("connect_ack.epoch " + Quote(ack.epoch) +
-                                                             " differs from connect.epoch " +
-                                                             Quote(peer_connect_->epoch)));
+    return Failed(CloseCause::kBadMessage,
+                  Status::Violation("connect_ack.epoch " + Quote(ack.epoch) + " differs from connect.epoch " +
+                                    Quote(peer_connect_->epoch)));
   return Status::Ok();
 }
 

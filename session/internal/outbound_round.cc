@@ -21,8 +21,7 @@ bool OutboundRound::AddSymmetricDemand(const std::vector<protocol::Key>& keys,
   return true;
 }
 
-void OutboundRound::AddPdDemand(const std::vector<protocol::Key>& keys,
-                                const std::vector<protocol::SlotIndex>& dests) {
+void OutboundRound::AddPdDemand(const std::vector<protocol::Key>& keys, const std::vector<protocol::SlotIndex>& dests) {
   has_demand = true;
   for (size_t i = 0; i < keys.size(); ++i) unmatched[keys[i]].push_back(dests[i]);
 }

@@ -73,8 +73,7 @@ struct OutboundRound {
   // Otherwise queues nothing (no partial transfer) and returns false. Either
   // way the probed pins that were not demanded are dropped (E38): the demand
   // is final, so they can never be used.
-  bool AddSymmetricDemand(const std::vector<protocol::Key>& keys,
-                          const std::vector<protocol::SlotIndex>& dests);
+  bool AddSymmetricDemand(const std::vector<protocol::Key>& keys, const std::vector<protocol::SlotIndex>& dests);
   // Records a disaggregated-prefill round's demand; supply comes later.
   void AddPdDemand(const std::vector<protocol::Key>& keys, const std::vector<protocol::SlotIndex>& dests);
 

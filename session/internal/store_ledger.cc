@@ -34,9 +34,7 @@ void StoreLedger::End(JobId id, bool success, std::string reason, JobFailure cau
   jobs_.erase(it);
 }
 
-void StoreLedger::Record(JobResult result) {
-  (frame_unwritten_ ? held_ : results_).push_back(std::move(result));
-}
+void StoreLedger::Record(JobResult result) { (frame_unwritten_ ? held_ : results_).push_back(std::move(result)); }
 
 std::vector<JobId> StoreLedger::Expired(TimePoint now) const {
   std::vector<JobId> expired;

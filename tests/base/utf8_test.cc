@@ -18,10 +18,10 @@ TEST_CASE("Utf8Prefix cuts ASCII at the bound") {
 }
 
 TEST_CASE("Utf8Prefix never splits a multi-byte character") {
-  const std::string e_acute = "\xc3\xa9";           // 2 bytes
-  const std::string euro = "\xe2\x82\xac";          // 3 bytes
-  const std::string emoji = "\xf0\x9f\x98\x80";     // 4 bytes
-  CHECK(Utf8Prefix("a" + e_acute, 2) == "a");       // would end inside é
+  const std::string e_acute = "\xc3\xa9";        // 2 bytes
+  const std::string euro = "\xe2\x82\xac";       // 3 bytes
+  const std::string emoji = "\xf0\x9f\x98\x80";  // 4 bytes
+  CHECK(Utf8Prefix("a" + e_acute, 2) == "a");    // would end inside é
   CHECK(Utf8Prefix("a" + e_acute + "b", 3) == "a" + e_acute);
   CHECK(Utf8Prefix(euro + euro, 5) == euro);
   CHECK(Utf8Prefix(emoji, 3).empty());

@@ -150,16 +150,17 @@ class FakeDaemon {
   std::thread thread_;
 };
 
-const char* kStatusReply = R"({"id":1,"ok":true,"node_id":"node-a:5710","listen":"0.0.0.0:5710","version":"0.1.0",)"
-                           R"("wire_version":"1.1","uptime_s":3725,"config":{"listen":"0.0.0.0:5710"},)"
-                           R"("access":{"publishers":{"uids":[0,4294967294],"gids":[0]},"operators":{"uids":[0],"gids":[]}},)"
-                           R"("peers":[{"peer_id":"node-b:5710","state":"ready","since":"2024-05-01T10:00:00Z",)"
-                           R"("rtt_us":120,"bytes_sent":1536,"bytes_received":3221225472,"loads_in_flight":2,)"
-                           R"("rounds_serving":1,"last_error":null},{"peer_id":"node-c:5710","state":"backoff",)"
-                           R"("since":"2024-05-01T10:01:00Z","rtt_us":null,"bytes_sent":0,"bytes_received":0,)"
-                           R"("loads_in_flight":0,"rounds_serving":0,"last_error":"connection refused"}],)"
-                           R"("engines":[{"client":"vllm-0","pid":4242,"num_blocks":1024,"published":17,)"
-                           R"("loads_in_flight":2}],"counters":{"loads_ok":5,"loads_failed":1}})";
+const char* kStatusReply =
+    R"({"id":1,"ok":true,"node_id":"node-a:5710","listen":"0.0.0.0:5710","version":"0.1.0",)"
+    R"("wire_version":"1.1","uptime_s":3725,"config":{"listen":"0.0.0.0:5710"},)"
+    R"("access":{"publishers":{"uids":[0,4294967294],"gids":[0]},"operators":{"uids":[0],"gids":[]}},)"
+    R"("peers":[{"peer_id":"node-b:5710","state":"ready","since":"2024-05-01T10:00:00Z",)"
+    R"("rtt_us":120,"bytes_sent":1536,"bytes_received":3221225472,"loads_in_flight":2,)"
+    R"("rounds_serving":1,"last_error":null},{"peer_id":"node-c:5710","state":"backoff",)"
+    R"("since":"2024-05-01T10:01:00Z","rtt_us":null,"bytes_sent":0,"bytes_received":0,)"
+    R"("loads_in_flight":0,"rounds_serving":0,"last_error":"connection refused"}],)"
+    R"("engines":[{"client":"vllm-0","pid":4242,"num_blocks":1024,"published":17,)"
+    R"("loads_in_flight":2}],"counters":{"loads_ok":5,"loads_failed":1}})";
 
 TEST_CASE("no daemon: exit 2 and say so") {
   TempDir dir;

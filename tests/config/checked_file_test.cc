@@ -60,21 +60,23 @@ TEST_CASE("each file problem is its own cause, and the message names the path") 
   const std::string loose = dir.Write("loose", "pem", 0664);
   const FileCheck writable = ReadCheckedFile(loose, rule, nullptr);
   CHECK(writable.problem == FileProblem::kModeForbidden);
-  CHECK(writable.message == "'" + loose + "' is writable by group or others (mode 0664); allowed: writable by the "
-                            "owner only, e.g. chmod 644");
+  CHECK(writable.message == "'" + loose +
+                                "' is writable by group or others (mode 0664); allowed: writable by the "
+                                "owner only, e.g. chmod 644");
   CHECK(ReadCheckedFile(dir.Write("readable", "pem", 0644), rule, nullptr).ok());
 }
 
 TEST_CASE("a FIFO, directory or huge file as the config file exits 2 naming it, before anything reads it") {
   TempDir dir;
   const std::string fifo = MakeFifo(dir, "kvpeerd.toml");
-  for (const std::vector<std::string>& args : {std::vector<std::string>{"--config", fifo},
-                                               std::vector<std::string>{"--config=" + fifo}}) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--config", fifo}, std::vector<std::string>{"--config=" + fifo}}) {
     ParseResult result = Parse(args);
     CHECK(result.exit_code == 2);
     CHECK(result.message == "kvpeerd: config: '" + fifo + "' is not a regular file\n");
   }
-  CHECK(Contains(Parse({"--config", dir.path()}).message, "kvpeerd: config: '" + dir.path() + "' is not a regular file"));
+  CHECK(
+      Contains(Parse({"--config", dir.path()}).message, "kvpeerd: config: '" + dir.path() + "' is not a regular file"));
   const std::string huge = dir.Write("huge.toml", std::string(1024 * 1024 + 1, '#'));
   CHECK(Contains(Parse({"--config", huge}).message, "is 1048577 bytes; a config file is at most 1048576"));
 }

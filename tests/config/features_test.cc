@@ -25,9 +25,7 @@ Names FeaturesOf(const std::vector<std::string>& args) {
 
 TEST_CASE("every supported feature is offered by default") { CHECK(FeaturesOf({}) == Names{"xxh3"}); }
 
-TEST_CASE("an empty --features offers none, in every spelling") {
-  CHECK(FeaturesOf({"--features", ""}).empty());
-}
+TEST_CASE("an empty --features offers none, in every spelling") { CHECK(FeaturesOf({"--features", ""}).empty()); }
 
 TEST_CASE("the features flag names features, comma-separated or repeated, each once") {
   CHECK(FeaturesOf({"--features", "xxh3"}) == Names{"xxh3"});

@@ -73,8 +73,8 @@ TEST_CASE("limit flags out of range name the key, the value and the range") {
 }
 
 TEST_CASE("allow-uid and allow-gid take numbers and names, repeatable or comma-separated") {
-  Settings s = MustParse({"--allow-uid", "1000", "--allow-uid", "root,1001", "--allow-gid", "0", "--allow-gid",
-                          "root"});
+  Settings s =
+      MustParse({"--allow-uid", "1000", "--allow-uid", "root,1001", "--allow-gid", "0", "--allow-gid", "root"});
   CHECK(s.allow_uids == std::vector<uint32_t>{1000, 0, 1001});
   CHECK(s.allow_gids == std::vector<uint32_t>{0, 0});
   CHECK(boost::json::serialize(EffectiveConfigJson(s).at("allow-uid")) == "[1000,0,1001]");
@@ -148,8 +148,9 @@ TEST_CASE("tls-cert, tls-key and tls-ca go together") {
   CHECK(config.at("tls-ca").as_string() == ca);
   CHECK(EffectiveConfigJson(MustParse({})).at("tls-cert").is_null());
 
-  CHECK(Contains(MustFail({"--tls-cert", cert}), "tls-cert, tls-key, tls-ca: give all three or none (missing: "
-                                                 "tls-key tls-ca)"));
+  CHECK(Contains(MustFail({"--tls-cert", cert}),
+                 "tls-cert, tls-key, tls-ca: give all three or none (missing: "
+                 "tls-key tls-ca)"));
   CHECK(Contains(MustFail({"--tls-cert", cert, "--tls-key", key}), "(missing: tls-ca)"));
   CHECK(Contains(MustFail({"--tls-cert", cert, "--tls-key", key, "--tls-ca", dir.path() + "/nope"}),
                  "tls-ca: '" + dir.path() + "/nope' cannot be opened: No such file or directory"));

@@ -388,8 +388,9 @@ inline std::string MessageOf(const json::object& response) {
 }
 
 inline json::object Hello(const std::string& client = "engine-1") {
-  return {{"op", "hello"}, {"id", 1}, {"client", client}, {"block_len", kBlockLen},
-          {"config_fingerprint", "fp-1"}, {"hash_seed", "seed-1"}};
+  return {
+      {"op", "hello"},        {"id", 1}, {"client", client}, {"block_len", kBlockLen}, {"config_fingerprint", "fp-1"},
+      {"hash_seed", "seed-1"}};
 }
 
 // An engine that said hello and registered a region file.
@@ -398,8 +399,8 @@ struct Engine {
       : client(daemon), region(kNumBlocks * kBlockLen) {
     json::object hello = client.Call(Hello(name));
     if (!hello.at("ok").as_bool()) throw std::runtime_error("hello: " + json::serialize(hello));
-    json::object registered = client.Call(
-        {{"op", "register_region"}, {"path", region.path()}, {"num_blocks", kNumBlocks}});
+    json::object registered =
+        client.Call({{"op", "register_region"}, {"path", region.path()}, {"num_blocks", kNumBlocks}});
     if (!registered.at("ok").as_bool()) throw std::runtime_error("register: " + json::serialize(registered));
   }
   Client client;

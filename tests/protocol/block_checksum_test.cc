@@ -48,8 +48,7 @@ TEST_CASE("block_data xxh3 round-trips when valid", "[checksum][codec]") {
   BlockData sent = testing::ValidBlockData();  // 3 blocks
   sent.xxh3 = BlockChecksums::Of({0, 0xabcull, ~0ull});
   const std::string json = EncodeHeader(sent);
-  CHECK(json.find("\"xxh3\":[\"0000000000000000\",\"0000000000000abc\",\"ffffffffffffffff\"]") !=
-        std::string::npos);
+  CHECK(json.find("\"xxh3\":[\"0000000000000000\",\"0000000000000abc\",\"ffffffffffffffff\"]") != std::string::npos);
   CHECK(DecodeBlockData(json) == sent);
 }
 
@@ -59,8 +58,7 @@ TEST_CASE("block_data without xxh3 decodes as absent and encodes nothing", "[che
   CHECK(DecodeBlockData(json).xxh3.state == State::kAbsent);
 }
 
-TEST_CASE("a malformed xxh3 is recorded with what was wrong, never a decode failure",
-          "[checksum][codec]") {
+TEST_CASE("a malformed xxh3 is recorded with what was wrong, never a decode failure", "[checksum][codec]") {
   const BlockData base = testing::ValidBlockData();  // 3 blocks
   const std::string good = "0123456789abcdef";
   struct Case {

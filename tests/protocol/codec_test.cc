@@ -23,8 +23,8 @@ using testing::kNonce;
 // Encodes, decodes with the payload the message needs, and returns the result.
 Message RoundTrip(const Message& message) {
   Message decoded;
-  const Status status = DecodeHeader(EncodeHeader(message), testing::ValidPayloadLen(message),
-                                     DecodeContext{kBlockLen}, &decoded);
+  const Status status =
+      DecodeHeader(EncodeHeader(message), testing::ValidPayloadLen(message), DecodeContext{kBlockLen}, &decoded);
   INFO("header: " << EncodeHeader(message) << " status: " << status.message());
   REQUIRE(status.ok());
   return decoded;
@@ -154,21 +154,19 @@ TEST_CASE("round trip: integer extremes", "[codec][roundtrip]") {
 
 TEST_CASE("the examples of docs/wire-protocol.md decode", "[codec][roundtrip]") {
   Message decoded;
-  REQUIRE_DECODES(Decode(
-      R"({"type":"lookup_resp","kv_request_id":"cmpl-7f3a9c2e-0","round_seq":7,)"
-      R"("keys":["460dfb8729c82b22e6ff1582a56b5c7a249ae515d272f8018da135a3b9e7484300000000",)"
-      R"("ea1b74fe2d5431009a6facd2578e0c58e2d4472fb90b34d2c3147c018e9f0bfb00000000"],)"
-      R"("hits":[true,false]})",
-      0, 0, &decoded));
+  REQUIRE_DECODES(Decode(R"({"type":"lookup_resp","kv_request_id":"cmpl-7f3a9c2e-0","round_seq":7,)"
+                         R"("keys":["460dfb8729c82b22e6ff1582a56b5c7a249ae515d272f8018da135a3b9e7484300000000",)"
+                         R"("ea1b74fe2d5431009a6facd2578e0c58e2d4472fb90b34d2c3147c018e9f0bfb00000000"],)"
+                         R"("hits":[true,false]})",
+                         0, 0, &decoded));
   const auto& resp = std::get<LookupResp>(decoded);
   CHECK(resp.keys[0].size() == 36);
-  CHECK(ToHex(resp.keys[1]) ==
-        "ea1b74fe2d5431009a6facd2578e0c58e2d4472fb90b34d2c3147c018e9f0bfb00000000");
+  CHECK(ToHex(resp.keys[1]) == "ea1b74fe2d5431009a6facd2578e0c58e2d4472fb90b34d2c3147c018e9f0bfb00000000");
   CHECK(resp.hits == std::vector<bool>{true, false});
   CHECK(resp.round_seq == 7);
-  REQUIRE_DECODES(Decode(
-      R"({"type":"block_data","kv_request_id":"cmpl-7f3a9c2e-0","round_seq":7,"block_indexes":[118,119]})",
-      4194304, 2097152, &decoded));
+  REQUIRE_DECODES(
+      Decode(R"({"type":"block_data","kv_request_id":"cmpl-7f3a9c2e-0","round_seq":7,"block_indexes":[118,119]})",
+             4194304, 2097152, &decoded));
   CHECK(decoded == Message(BlockData{"cmpl-7f3a9c2e-0", 7, {118, 119}}));
 }
 
@@ -199,9 +197,8 @@ TEST_CASE("encoded header is compact JSON with the type first", "[codec][encode]
 }
 
 TEST_CASE("encoded keys are lowercase hex and indexes and hits are arrays", "[codec][encode]") {
-  CHECK(
-      EncodeHeader(LookupResp{"r", {"\xab\xcd", "\x01"}, {true, false}, 1}) ==
-      R"({"type":"lookup_resp","kv_request_id":"r","keys":["abcd","01"],"hits":[true,false],"round_seq":1})");
+  CHECK(EncodeHeader(LookupResp{"r", {"\xab\xcd", "\x01"}, {true, false}, 1}) ==
+        R"({"type":"lookup_resp","kv_request_id":"r","keys":["abcd","01"],"hits":[true,false],"round_seq":1})");
   CHECK(EncodeHeader(Fetch{"r", {"\xff"}, {7}, 2}) ==
         R"({"type":"fetch","kv_request_id":"r","keys":["ff"],"block_indexes":[7],"round_seq":2})");
 }
@@ -210,8 +207,7 @@ TEST_CASE("empty optional fields are omitted when encoding", "[codec][encode]") 
   CHECK(EncodeHeader(Disconnect{}) == R"({"type":"disconnect"})");
   CHECK(EncodeHeader(Disconnect{std::string()}) == R"({"type":"disconnect","reason":""})");
   CHECK(EncodeHeader(ConnectAck{"p:1", 1, 1, kEpoch, std::nullopt}) ==
-        R"({"type":"connect_ack","peer_id":"p:1","wire_major":1,"wire_minor":1,"epoch":")" + kEpoch +
-            R"("})");
+        R"({"type":"connect_ack","peer_id":"p:1","wire_major":1,"wire_minor":1,"epoch":")" + kEpoch + R"("})");
 }
 
 TEST_CASE("unknown message encodes as its type only", "[codec][encode]") {
@@ -239,14 +235,13 @@ TEST_CASE("malformed JSON message says where parsing stopped", "[codec][header]"
 }
 
 TEST_CASE("nesting beyond the depth limit is a header violation", "[codec][header]") {
-  const std::string deep =
-      R"({"type":"ping","x":)" + std::string(100, '[') + std::string(100, ']') + "}";
+  const std::string deep = R"({"type":"ping","x":)" + std::string(100, '[') + std::string(100, ']') + "}";
   REQUIRE_FIELD_VIOLATION(Decode(deep), "header");
 }
 
 TEST_CASE("moderately nested unknown fields are ignored", "[codec][header]") {
-  const std::string nested = R"({"type":"ping","nonce":")" + kNonce + R"(","x":)" +
-                             std::string(30, '[') + std::string(30, ']') + "}";
+  const std::string nested =
+      R"({"type":"ping","nonce":")" + kNonce + R"(","x":)" + std::string(30, '[') + std::string(30, ']') + "}";
   REQUIRE_DECODES(Decode(nested));
 }
 
@@ -264,8 +259,8 @@ TEST_CASE("a header without type is a violation", "[codec][header]") {
 }
 
 TEST_CASE("a non-string type is a violation", "[codec][header]") {
-  for (const char* json : {R"({"type":1})", R"({"type":null})", R"({"type":true})",
-                           R"({"type":["ping"]})", R"({"type":{}})"}) {
+  for (const char* json :
+       {R"({"type":1})", R"({"type":null})", R"({"type":true})", R"({"type":["ping"]})", R"({"type":{}})"}) {
     INFO(json);
     REQUIRE_FIELD_VIOLATION(Decode(json), "type");
     REQUIRE_THAT(Decode(json).message(), Catch::Contains("must be a string"));
@@ -274,8 +269,7 @@ TEST_CASE("a non-string type is a violation", "[codec][header]") {
 
 TEST_CASE("an unknown type is accepted with any payload and any fields", "[codec][header]") {
   Message decoded;
-  REQUIRE_DECODES(
-      Decode(R"({"type":"hello_v2","keys":"not a list","x":[1,2]})", 12345, kBlockLen, &decoded));
+  REQUIRE_DECODES(Decode(R"({"type":"hello_v2","keys":"not a list","x":[1,2]})", 12345, kBlockLen, &decoded));
   REQUIRE(decoded == Message(Unknown{"hello_v2"}));
 }
 
@@ -326,8 +320,7 @@ TEST_CASE("a missing required field is a violation naming it", "[codec][fields]"
 }
 
 TEST_CASE("a field of the wrong JSON type is a violation naming it", "[codec][fields]") {
-  const boost::json::value wrong_values[] = {nullptr, boost::json::object{}, "text", true,
-                                             1,       boost::json::array{}};
+  const boost::json::value wrong_values[] = {nullptr, boost::json::object{}, "text", true, 1, boost::json::array{}};
   for (const Message& message : testing::AllValidKnownMessages()) {
     for (const auto& [name, value] : testing::HeaderObject(message)) {
       if (name == "type") continue;
@@ -338,8 +331,7 @@ TEST_CASE("a field of the wrong JSON type is a violation naming it", "[codec][fi
         }
         const std::string field = std::string(TypeName(message)) + "." + std::string(name);
         INFO(field << " = " << boost::json::serialize(wrong));
-        const Status status =
-            testing::DecodeLike(message, testing::HeaderWith(message, name, wrong));
+        const Status status = testing::DecodeLike(message, testing::HeaderWith(message, name, wrong));
         REQUIRE_FIELD_VIOLATION(status, field);
       }
     }

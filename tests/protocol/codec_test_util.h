@@ -26,16 +26,12 @@ inline constexpr uint64_t kBlockLen = 4096;
 inline Connect ValidConnect() {
   return Connect{"10.0.0.1:7000", 1, 1, kEpoch, kBlockLen, "model-a/fp16", "seed-42", kNonce, {"xxh3"}};
 }
-inline ConnectAck ValidConnectAck() {
-  return ConnectAck{"10.0.0.2:7000", 1, 1, kEpoch, std::nullopt};
-}
+inline ConnectAck ValidConnectAck() { return ConnectAck{"10.0.0.2:7000", 1, 1, kEpoch, std::nullopt}; }
 inline Disconnect ValidDisconnect() { return Disconnect{std::string("shutting down")}; }
 inline Ping ValidPing() { return Ping{kNonce}; }
 inline Pong ValidPong() { return Pong{kNonce}; }
 inline Lookup ValidLookup() { return Lookup{"req-1", {"\x01\x02", "\xff", "abc"}, 7}; }
-inline LookupResp ValidLookupResp() {
-  return LookupResp{"req-1", {"\x01\x02", "\xff", "abc"}, {true, false, true}, 7};
-}
+inline LookupResp ValidLookupResp() { return LookupResp{"req-1", {"\x01\x02", "\xff", "abc"}, {true, false, true}, 7}; }
 inline Fetch ValidFetch() { return Fetch{"req-1", {"\x01\x02", "\xff", "abc"}, {0, 5, 9}, 8}; }
 inline BlockData ValidBlockData() { return BlockData{"req-1", 8, {0, 5, 9}}; }
 inline TransferDone ValidTransferDone() { return TransferDone{"req-1", true, 8}; }
@@ -62,8 +58,7 @@ inline boost::json::object HeaderObject(const Message& message) {
 }
 
 // `message`'s header with `field` set to `value`.
-inline std::string HeaderWith(const Message& message, std::string_view field,
-                              boost::json::value value) {
+inline std::string HeaderWith(const Message& message, std::string_view field, boost::json::value value) {
   boost::json::object header = HeaderObject(message);
   header[field] = std::move(value);
   return boost::json::serialize(header);
@@ -76,8 +71,7 @@ inline std::string HeaderWithout(const Message& message, std::string_view field)
   return boost::json::serialize(header);
 }
 
-inline Status Decode(std::string_view json, uint64_t payload_len = 0, uint64_t block_len = 0,
-                     Message* out = nullptr) {
+inline Status Decode(std::string_view json, uint64_t payload_len = 0, uint64_t block_len = 0, Message* out = nullptr) {
   Message scratch;
   return DecodeHeader(json, payload_len, DecodeContext{block_len}, out != nullptr ? out : &scratch);
 }

@@ -48,8 +48,7 @@ Frame Encoded(const Message& message, const std::string& payload = "") {
 }
 
 std::vector<Frame> MixedStream() {
-  const Connect connect{"node-a:7000", 1, 1, "0123456789abcdef0123456789abcdef", kBlockLen, "fp-1",
-                        "seed", kNonce, {}};
+  const Connect connect{"node-a:7000", 1, 1, "0123456789abcdef0123456789abcdef", kBlockLen, "fp-1", "seed", kNonce, {}};
   const std::string unknown_payload = Pattern(40, 3);
   return {
       Encoded(connect),
@@ -145,8 +144,8 @@ std::vector<uint8_t> ExpectedArena(const std::vector<Frame>& frames) {
     const auto* block_data = std::get_if<BlockData>(&frame.message);
     if (block_data == nullptr) continue;
     for (size_t i = 0; i < block_data->block_indexes.size(); ++i) {
-      std::memcpy(Receiver::SlotIn(arena, block_data->block_indexes[i]).data(),
-                  frame.payload.data() + i * kBlockLen, kBlockLen);
+      std::memcpy(Receiver::SlotIn(arena, block_data->block_indexes[i]).data(), frame.payload.data() + i * kBlockLen,
+                  kBlockLen);
     }
   }
   return arena;
@@ -170,8 +169,8 @@ TEST_CASE("FrameDecoder: a mixed stream split into two chunks at every offset", 
     receiver.Feed(AsSpan(stream).first(split));
     receiver.Feed(AsSpan(stream).subspan(split));
     // One combined check per split keeps thousands of splits fast.
-    const bool ok = receiver.decoder_.state() == State::kReadingPrefix &&
-                    receiver.messages_ == expected_messages && receiver.arena_ == expected_arena;
+    const bool ok = receiver.decoder_.state() == State::kReadingPrefix && receiver.messages_ == expected_messages &&
+                    receiver.arena_ == expected_arena;
     INFO("split at " << split << " of " << stream.size() << ": " << receiver.decoder_.error().message());
     REQUIRE(ok);
   }
@@ -379,8 +378,7 @@ TEST_CASE("FrameDecoder: SetMaxLengths refuses a longer header from the 16-byte 
   CHECK(decoder.Feed(AsSpan(std::string(prefix.begin(), prefix.end()) + "{")) == kPrefixLen);
   REQUIRE(decoder.state() == State::kFailed);
   CHECK(decoder.WritableSpan().empty());
-  CHECK(decoder.error().message() ==
-        "header_len: must be at most 65536 before the connection is ready, got 16777216");
+  CHECK(decoder.error().message() == "header_len: must be at most 65536 before the connection is ready, got 16777216");
 }
 
 TEST_CASE("FrameDecoder: SetMaxLengths admits a header of exactly the limit", "[frame_decoder]") {

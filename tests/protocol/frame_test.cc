@@ -30,8 +30,7 @@ bool Contains(const std::string& text, const std::string& part) { return text.fi
 }  // namespace
 
 TEST_CASE("frame prefix: encode then decode returns the same lengths", "[frame]") {
-  const FramePrefix cases[] = {
-      {2, 0}, {1234, 5678}, {0x00fedcba, 0x0000000003020100}, {kMaxHeaderLen, kMaxPayloadLen}};
+  const FramePrefix cases[] = {{2, 0}, {1234, 5678}, {0x00fedcba, 0x0000000003020100}, {kMaxHeaderLen, kMaxPayloadLen}};
   for (const FramePrefix& prefix : cases) {
     FramePrefix decoded;
     REQUIRE(DecodeArray(EncodePrefix(prefix), &decoded).ok());
@@ -42,8 +41,7 @@ TEST_CASE("frame prefix: encode then decode returns the same lengths", "[frame]"
 
 TEST_CASE("frame prefix: encoding is the magic then big-endian lengths", "[frame]") {
   const auto bytes = EncodePrefix({0x01020304, 0x05060708090a0b0c});
-  const std::array<uint8_t, kPrefixLen> expected = {'K', 'V', 'P', '1', 1, 2, 3, 4,
-                                                    5,   6,   7,   8,   9, 10, 11, 12};
+  const std::array<uint8_t, kPrefixLen> expected = {'K', 'V', 'P', '1', 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   CHECK(bytes == expected);
 }
 

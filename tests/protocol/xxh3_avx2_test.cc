@@ -32,8 +32,8 @@ std::vector<uint8_t> Pattern(size_t size) {
 TEST_CASE("XXH3 for AVX2 equals libxxhash's XXH3 at every size class and alignment", "[checksum]") {
   const bool avx2 = internal::HaveXxh3Avx2Build() && __builtin_cpu_supports("avx2");
   const std::vector<uint8_t> data = Pattern((1 << 20) + 64);
-  for (size_t size : {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1023, 1024, 1025, 16383, 16384, 65536,
-                      (1 << 20) - 1, 1 << 20}) {
+  for (size_t size :
+       {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1023, 1024, 1025, 16383, 16384, 65536, (1 << 20) - 1, 1 << 20}) {
     for (size_t offset : {0, 1, 7, 32}) {
       const uint8_t* start = data.data() + offset;
       const uint64_t expected = XXH3_64bits(start, size);

@@ -125,8 +125,8 @@ TEST_CASE("with xxh3 on a block_data without a valid xxh3 array is a violation",
     CHECK(s.message() == "block_data.xxh3: is required while the xxh3 feature is on");
   }
   SECTION("malformed") {
-    data.xxh3 = protocol::BlockChecksums{protocol::BlockChecksums::State::kMalformed, {},
-                                         "xxh3[0]: must be 16 lowercase hex digits"};
+    data.xxh3 = protocol::BlockChecksums{
+        protocol::BlockChecksums::State::kMalformed, {}, "xxh3[0]: must be 16 lowercase hex digits"};
     BlockDataPlan plan;
     const Status s = p.a.session->OnBlockDataHeader(data, &plan);
     CHECK(s.code() == Status::Code::kViolation);

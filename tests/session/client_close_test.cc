@@ -83,7 +83,7 @@ TEST_CASE("client close reports requests with a load in flight, an unresolved pr
   f.Answer("answered", round, {TestKey(1)}, {false});  // resolved as a miss: nothing owed
   const auto hit_round = f.Probe("hit", {TestKey(1), TestKey(2)});
   f.Answer("hit", hit_round, {TestKey(1), TestKey(2)}, {false, true});  // its pinned hit dies with the session
-  f.role.RegisterLookup("registered", TestKey(1));     // not even sent
+  f.role.RegisterLookup("registered", TestKey(1));                      // not even sent
   f.PdLoad(2, "aborted", {1});
   f.role.Finish("aborted");  // already failed
   const ClientCloseResult closed = f.role.Close("bye");

@@ -334,7 +334,7 @@ TEST_CASE("an abandoned open frame reports the ended load at once; its late payl
   const auto round = f.PdLoad(1, "r1", {0, 1}).round_seq;
   REQUIRE(f.Header("r1", round, {0}).ok());
   CHECK_FALSE(f.role.OpenFrameAbandoned());  // the load is alive: its frame is just slow
-  f.role.AbandonOpenFrame();                  // not abandoned: nothing happens
+  f.role.AbandonOpenFrame();                 // not abandoned: nothing happens
   CHECK(f.role.TakeResults().empty());
   SECTION("by the load timeout") {
     f.clock.Advance(30s);

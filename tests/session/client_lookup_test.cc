@@ -238,12 +238,12 @@ TEST_CASE("spec6 malformed loads are rejected with nothing sent and no result ow
   };
   const auto sink = f.region->Sink();
   std::vector<Status> rejected = {
-      request(1, {TestKey(1), TestKey(2)}, {0}, sink),                   // lengths differ
-      request(1, {}, {}, sink),                                          // empty
-      request(1, {TestKey(1), TestKey(2)}, {3, 3}, sink),                // index used twice
-      request(5, {TestKey(1)}, {0}, sink),                               // job 5 already in flight
-      request(1, {TestKey(1)}, {0}, nullptr),                            // nowhere to write
-      request(1, {std::string()}, {0}, sink),                            // a key the wire cannot carry
+      request(1, {TestKey(1), TestKey(2)}, {0}, sink),                  // lengths differ
+      request(1, {}, {}, sink),                                         // empty
+      request(1, {TestKey(1), TestKey(2)}, {3, 3}, sink),               // index used twice
+      request(5, {TestKey(1)}, {0}, sink),                              // job 5 already in flight
+      request(1, {TestKey(1)}, {0}, nullptr),                           // nowhere to write
+      request(1, {std::string()}, {0}, sink),                           // a key the wire cannot carry
       request(1, {TestKey(1)}, {protocol::SlotIndex{1u << 31}}, sink),  // index out of range
   };
   for (const Status& s : rejected) {

@@ -64,7 +64,7 @@ TEST_CASE("unserved work: unanswered probes are handed back; a request with a hi
           "[client][unserved]") {
   ClientFixture f;
   f.Probe("waiting", {TestKey(1), TestKey(2)});  // sent, unanswered
-  f.role.RegisterLookup("unsent", TestKey(3));    // not flushed yet
+  f.role.RegisterLookup("unsent", TestKey(3));   // not flushed yet
   const auto mixed = f.Probe("mixed", {TestKey(4), TestKey(5)});
   f.Answer("mixed", mixed, {TestKey(4)}, {true});  // one hit, one still unanswered
   f.ProbeHits("loading", {TestKey(6)});

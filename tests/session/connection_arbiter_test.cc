@@ -51,20 +51,20 @@ TEST_CASE("crossed dials agree whatever became ready first on either node", "[ar
       for (bool small_x_first : {true, false}) {
         for (bool large_x_first : {true, false}) {
           // On the small node X is its dial; on the large node Y is.
-          const char on_small =
-              small_x_first ? survivor(ArbitrateConnections(kSmall, kLarge, Facts(existing_ready, true, e2),
-                                                            Facts(true, false, kEpoch2)),
-                                       'x', 'y')
-                            : survivor(ArbitrateConnections(kSmall, kLarge, Facts(existing_ready, false, e2),
-                                                            Facts(true, true, kEpoch2)),
-                                       'y', 'x');
-          const char on_large =
-              large_x_first ? survivor(ArbitrateConnections(kLarge, kSmall, Facts(existing_ready, false, e1),
-                                                            Facts(true, true, kEpoch1)),
-                                       'x', 'y')
-                            : survivor(ArbitrateConnections(kLarge, kSmall, Facts(existing_ready, true, e1),
-                                                            Facts(true, false, kEpoch1)),
-                                       'y', 'x');
+          const char on_small = small_x_first
+                                    ? survivor(ArbitrateConnections(kSmall, kLarge, Facts(existing_ready, true, e2),
+                                                                    Facts(true, false, kEpoch2)),
+                                               'x', 'y')
+                                    : survivor(ArbitrateConnections(kSmall, kLarge, Facts(existing_ready, false, e2),
+                                                                    Facts(true, true, kEpoch2)),
+                                               'y', 'x');
+          const char on_large = large_x_first
+                                    ? survivor(ArbitrateConnections(kLarge, kSmall, Facts(existing_ready, false, e1),
+                                                                    Facts(true, true, kEpoch1)),
+                                               'x', 'y')
+                                    : survivor(ArbitrateConnections(kLarge, kSmall, Facts(existing_ready, true, e1),
+                                                                    Facts(true, false, kEpoch1)),
+                                               'y', 'x');
           CHECK(on_small == 'x');
           CHECK(on_large == 'x');
         }

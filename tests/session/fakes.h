@@ -22,7 +22,9 @@ class FakeClock {
  public:
   TimePoint now() const { return now_; }
   void Advance(Duration d) { now_ += d; }
-  Clock AsClock() { return [this] { return now_; }; }
+  Clock AsClock() {
+    return [this] { return now_; };
+  }
 
  private:
   TimePoint now_ = TimePoint() + std::chrono::hours(1);
@@ -77,9 +79,7 @@ class MemoryPin : public PinnedBlock {
   uint32_t index_;
 };
 
-inline PinRef MemoryRegion::Pin(uint32_t index) {
-  return std::make_shared<MemoryPin>(shared_from_this(), index);
-}
+inline PinRef MemoryRegion::Pin(uint32_t index) { return std::make_shared<MemoryPin>(shared_from_this(), index); }
 
 class MemorySink : public SlotSink {
  public:

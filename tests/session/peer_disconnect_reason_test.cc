@@ -35,12 +35,11 @@ TEST_CASE("any other disconnect text is unspecified", "[session][cause][attack]"
 }
 
 TEST_CASE("the text sent for a fixed reason parses back to it", "[session][cause]") {
-  for (PeerDisconnectReason reason :
-       {PeerDisconnectReason::kAuthenticationFailed, PeerDisconnectReason::kDuplicate,
-        PeerDisconnectReason::kNodeNotConfigured, PeerDisconnectReason::kShuttingDown,
-        PeerDisconnectReason::kTooManyPeers, PeerDisconnectReason::kPeerRestarted,
-        PeerDisconnectReason::kDisconnectedByOperator, PeerDisconnectReason::kHandshakeTimedOut,
-        PeerDisconnectReason::kIdle}) {
+  for (PeerDisconnectReason reason : {PeerDisconnectReason::kAuthenticationFailed, PeerDisconnectReason::kDuplicate,
+                                      PeerDisconnectReason::kNodeNotConfigured, PeerDisconnectReason::kShuttingDown,
+                                      PeerDisconnectReason::kTooManyPeers, PeerDisconnectReason::kPeerRestarted,
+                                      PeerDisconnectReason::kDisconnectedByOperator,
+                                      PeerDisconnectReason::kHandshakeTimedOut, PeerDisconnectReason::kIdle}) {
     CHECK(Parse(std::string(DisconnectReasonText(reason))) == reason);
   }
   CHECK(DisconnectReasonText(PeerDisconnectReason::kUnspecified).empty());

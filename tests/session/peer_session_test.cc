@@ -401,7 +401,7 @@ TEST_CASE("PSK: a wire 1.0 peer is refused, naming wire_minor; without a PSK it 
   const bool we_dial = GENERATE(true, false);
   SECTION("with a PSK") {
     LoneSession t(we_dial ? "node-b:7000" : "");
-  UsePsk(t, we_dial ? "node-b:7000" : "");
+    UsePsk(t, we_dial ? "node-b:7000" : "");
     protocol::Connect c = t.PeerConnect();
     c.wire_minor = 0;
     CHECK(t.session->OnMessage(c).code() == Status::Code::kViolation);
@@ -517,8 +517,7 @@ TEST_CASE("connect_ack checks: order, identity, repeats", "[session]") {
     auto ack = t.PeerAck();
     ack.peer_id = "node-c:1";
     CHECK_FALSE(t.session->OnMessage(ack).ok());
-    CHECK(t.LastDisconnectReason() ==
-          "connect_ack.peer_id \"node-c:1\" differs from connect.peer_id \"node-b:7000\"");
+    CHECK(t.LastDisconnectReason() == "connect_ack.peer_id \"node-c:1\" differs from connect.peer_id \"node-b:7000\"");
   }
   SECTION("epoch differs from the connect's") {
     REQUIRE(t.session->OnMessage(t.PeerConnect()).ok());
@@ -626,8 +625,7 @@ TEST_CASE("role messages and block_data before the handshake are violations", "[
   }
   SECTION("block_data") {
     BlockDataPlan plan;
-    CHECK(t.session->OnBlockDataHeader(protocol::BlockData{"r", 1, {0}}, &plan).code() ==
-          Status::Code::kViolation);
+    CHECK(t.session->OnBlockDataHeader(protocol::BlockData{"r", 1, {0}}, &plan).code() == Status::Code::kViolation);
     CHECK(t.LastDisconnectReason() == "block_data before handshake");
   }
   CHECK(t.session->state() == State::kClosed);
@@ -700,7 +698,7 @@ TEST_CASE("a silent peer is dead after the liveness timeout and every load fails
   auto& a = *p.a.session;
   REQUIRE(a.RequestBlocks(1, "pd-1", {"k1"}, {0}, p.a.region->Sink()).ok());
   REQUIRE(a.RequestBlocks(2, "pd-2", {"k2", "k3"}, {1, 2}, p.a.region->Sink()).ok());
-  p.pipe.Pump();  // B now holds the demand but never answers again
+  p.pipe.Pump();                                                // B now holds the demand but never answers again
   CHECK(a.RegisterLookup("sym", "k4") == ProbeAnswer::kRetry);  // stays unresolved
   a.FlushPendingLookups();
   for (int i = 0; i < 9; ++i) {
@@ -827,8 +825,7 @@ TEST_CASE("a closed session does nothing and fails new work at once", "[session]
   const uint64_t received = t.session->counters().frames_received;
   CHECK(t.session->OnMessage(protocol::Ping{Token(4)}).code() == Status::Code::kUnavailable);
   BlockDataPlan plan;
-  CHECK(t.session->OnBlockDataHeader(protocol::BlockData{"r", 1, {0}}, &plan).code() ==
-        Status::Code::kUnavailable);
+  CHECK(t.session->OnBlockDataHeader(protocol::BlockData{"r", 1, {0}}, &plan).code() == Status::Code::kUnavailable);
   t.session->OnBlockDataComplete(protocol::BlockData{"r", 1, {0}});
   CHECK(t.session->counters().frames_received == received);
   CHECK(t.session->RegisterLookup("r", "k") == ProbeAnswer::kMiss);
@@ -859,7 +856,7 @@ TEST_CASE("Close is idempotent, notifies when asked and drops queued frames", "[
     p.a.session->Close(CloseCause::kShutdown, "again");
     CHECK(p.a.session->close_reason() == "going away");
     CHECK(p.a.session->close_cause() == CloseCause::kOperator);  // the first close stays
-    REQUIRE(p.pipe.Queued(SessionPipe::kA) == 2);  // connect, disconnect; the fetch was dropped
+    REQUIRE(p.pipe.Queued(SessionPipe::kA) == 2);                // connect, disconnect; the fetch was dropped
     CHECK(std::get<protocol::Disconnect>(p.pipe.Outbox(SessionPipe::kA).back().message).reason == "going away");
   }
   SECTION("silent") {

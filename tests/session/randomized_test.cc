@@ -30,8 +30,8 @@ namespace {
 using namespace std::chrono_literals;
 using State = PeerSession::State;
 
-constexpr uint32_t kKeys = 12;           // key i lives in block i on both nodes
-constexpr uint32_t kFirstSlot = 16;      // destination slots: [kFirstSlot, kNumBlocks)
+constexpr uint32_t kKeys = 12;       // key i lives in block i on both nodes
+constexpr uint32_t kFirstSlot = 16;  // destination slots: [kFirstSlot, kNumBlocks)
 constexpr uint64_t kPoisonSeed = 0xdead;
 constexpr int kTrace = 40;
 
@@ -55,7 +55,7 @@ struct Request {
   int generation = 0;
   bool consumer_done = false;
   bool producer_done = false;
-  std::set<uint32_t> probed;  // keys registered in the open round
+  std::set<uint32_t> probed;         // keys registered in the open round
   std::vector<uint32_t> unsupplied;  // PD: demanded keys not yet stored
 };
 
@@ -194,7 +194,8 @@ class Simulation {
     static const std::set<std::string> expected = {"handshake timed out", "operator request", "restart",
                                                    "peer silent for 10 s", "connection lost"};
     if (expected.count(reason)) return;
-    static const std::regex late_frame("block_data for kv_request_id (\\S+) round (\\d+): no load of this round is in flight");
+    static const std::regex late_frame(
+        "block_data for kv_request_id (\\S+) round (\\d+): no load of this round is in flight");
     std::smatch m;
     if (std::regex_match(reason, m, late_frame)) {
       const auto it = aborts_sent_[accuser].find({m[1].str(), std::stoull(m[2].str())});
@@ -315,8 +316,10 @@ class Simulation {
     r.kv = (symmetric ? "s" : "p") + std::to_string(++request_counter_) + "-n" + std::to_string(r.consumer);
     Trace("new request " + r.kv);
     requests_[r.kv] = r;
-    if (symmetric) Probe(requests_[r.kv]);
-    else requests_[r.kv].unsupplied.clear();
+    if (symmetric)
+      Probe(requests_[r.kv]);
+    else
+      requests_[r.kv].unsupplied.clear();
   }
 
   void Probe(Request& r) {
@@ -350,8 +353,9 @@ class Simulation {
     const JobId id = ++job_counter_;
     std::vector<protocol::Key> wire_keys;
     for (uint32_t k : keys) wire_keys.push_back(KeyOf(k));
-    const Status s = S(r.consumer).RequestBlocks(id, r.kv, wire_keys, {slots->begin(), slots->end()},
-                                                 nodes_[r.consumer].region->Sink());
+    const Status s =
+        S(r.consumer)
+            .RequestBlocks(id, r.kv, wire_keys, {slots->begin(), slots->end()}, nodes_[r.consumer].region->Sink());
     Trace("load job " + std::to_string(id) + " " + r.kv + " keys " + std::to_string(keys.size()) + " -> " +
           (s.ok() ? "ok" : s.message()));
     if (!s.ok()) {
@@ -500,7 +504,8 @@ class Simulation {
     Trace("unknown type to n" + std::to_string(n));
     // Ignored after ready; before it a violation (wire spec 1.1 section 2),
     // so only a ready session gets one here.
-    if (!Closed(n) && S(n).ready() && !S(n).OnMessage(protocol::Unknown{"future_type"}).ok()) Fail("unknown type closed");
+    if (!Closed(n) && S(n).ready() && !S(n).OnMessage(protocol::Unknown{"future_type"}).ok())
+      Fail("unknown type closed");
   }
 
   void RandomOp() {
@@ -508,13 +513,13 @@ class Simulation {
     // Weights per mille. Connection-ending operations are rare so that
     // requests live long enough to finish their loads.
     static const std::vector<std::pair<int, Op>> kOps = {
-        {60, &Simulation::OpPublish},       {50, &Simulation::OpNewSymmetric},  {50, &Simulation::OpProbe},
-        {50, &Simulation::OpFlush},         {90, &Simulation::OpSymmetricLoad}, {40, &Simulation::OpNewPd},
-        {60, &Simulation::OpPdLoad},        {80, &Simulation::OpSupply},        {40, &Simulation::OpFinishConsumer},
-        {20, &Simulation::OpFinishProducer}, {110, &Simulation::OpPump},        {150, &Simulation::PartialPump},
-        {100, &Simulation::OpTick},         {30, &Simulation::OpRun},           {24, &Simulation::OpRunOne},
-        {25, &Simulation::OpStall},         {3, &Simulation::OpSilence},        {4, &Simulation::OpClose},
-        {4, &Simulation::OpRestart},        {10, &Simulation::OpUnknown},
+        {60, &Simulation::OpPublish},        {50, &Simulation::OpNewSymmetric},  {50, &Simulation::OpProbe},
+        {50, &Simulation::OpFlush},          {90, &Simulation::OpSymmetricLoad}, {40, &Simulation::OpNewPd},
+        {60, &Simulation::OpPdLoad},         {80, &Simulation::OpSupply},        {40, &Simulation::OpFinishConsumer},
+        {20, &Simulation::OpFinishProducer}, {110, &Simulation::OpPump},         {150, &Simulation::PartialPump},
+        {100, &Simulation::OpTick},          {30, &Simulation::OpRun},           {24, &Simulation::OpRunOne},
+        {25, &Simulation::OpStall},          {3, &Simulation::OpSilence},        {4, &Simulation::OpClose},
+        {4, &Simulation::OpRestart},         {10, &Simulation::OpUnknown},
     };
     int roll = static_cast<int>(Uniform(1000));
     for (const auto& [weight, op] : kOps) {
@@ -537,7 +542,8 @@ class Simulation {
     RunSeconds(20);
     if (Closed(0) || Closed(1)) Fail("connection died while draining");
     for (int n = 0; n < 2; ++n)
-      if (!bindings_[n].empty()) Fail("supply binding of " + *bindings_[n].begin() + " left after every request finished");
+      if (!bindings_[n].empty())
+        Fail("supply binding of " + *bindings_[n].begin() + " left after every request finished");
     for (const auto& [id, job] : jobs_)
       if (job.results != 1) Fail("job " + std::to_string(id) + " without its result after drain");
     for (int n = 0; n < 2; ++n) {

@@ -47,8 +47,7 @@ TEST_CASE("ended ids: a supplied round is reported when its transfer ends, not b
   CHECK_FALSE(h.role->Serves("a"));
 }
 
-TEST_CASE("ended ids: supply given after the end serves the request again until it times out",
-          "[server][ended]") {
+TEST_CASE("ended ids: supply given after the end serves the request again until it times out", "[server][ended]") {
   ServerHarness h;
   REQUIRE(h.Fetch("a", {1}, {0}, 0).ok());
   h.Abort("a", 0);

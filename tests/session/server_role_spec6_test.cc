@@ -140,7 +140,7 @@ TEST_CASE("spec6 a pin is released only when no round and no unwritten frame hol
   h.log.Clear();
   REQUIRE(h.role->TrackedRequests() == 0);  // ... the round has ended ...
   REQUIRE(h.region->live_pins(1) == 1);     // ... but the frame still reads the slot
-  held = OutFrame{};                         // written and dropped
+  held = OutFrame{};                        // written and dropped
   REQUIRE(h.region->live_pins(1) == 0);
   h.Drain();
   RequireIdle(h);
@@ -151,8 +151,8 @@ TEST_CASE("spec6 store results wait until the frame reading their slots is writt
   REQUIRE(h.Fetch("a", {1}, {0}, 0).ok());
   h.Store(1, "a", {1});
   REQUIRE(h.role->ProduceDataFrame());
-  REQUIRE(h.Results().empty());          // the engine may reuse the slot once told
-  REQUIRE(h.role->HasDataToSend());      // one more pull releases the result
+  REQUIRE(h.Results().empty());      // the engine may reuse the slot once told
+  REQUIRE(h.role->HasDataToSend());  // one more pull releases the result
   h.WriteFrames();
   REQUIRE_FALSE(h.role->ProduceDataFrame());
   const auto results = h.Results();
@@ -242,11 +242,11 @@ TEST_CASE("spec6 lookup_resp echoes the lookup's round_seq; empty lookups get no
 
 TEST_CASE("spec6 every store job ends with exactly one result", "[server]") {
   ServerHarness h;
-  h.Store(1, "a", {});                      // nothing to deliver
+  h.Store(1, "a", {});                       // nothing to deliver
   h.role->AddSupply(2, "a", Keys({1}), {});  // keys without blocks
   h.Store(3, "a", {1});
-  h.Store(3, "a", {2});                     // id still in use
-  h.Store(4, "a", {1, 1});                  // a key twice is one block
+  h.Store(3, "a", {2});     // id still in use
+  h.Store(4, "a", {1, 1});  // a key twice is one block
   REQUIRE(h.Fetch("a", {1}, {0}, 0).ok());
   h.Drain();
   auto results = h.Results();
@@ -254,11 +254,11 @@ TEST_CASE("spec6 every store job ends with exactly one result", "[server]") {
     return x.job_id != y.job_id ? x.job_id < y.job_id : x.success > y.success;
   });
   REQUIRE(results.size() == 4);
-  REQUIRE(results[0].success);            // job 1
-  REQUIRE_FALSE(results[1].success);      // job 2
+  REQUIRE(results[0].success);        // job 1
+  REQUIRE_FALSE(results[1].success);  // job 2
   REQUIRE(results[2].job_id == 3);
-  REQUIRE(results[2].success);            // served round 0
-  REQUIRE_FALSE(results[3].success);      // the duplicate id
+  REQUIRE(results[2].success);        // served round 0
+  REQUIRE_FALSE(results[3].success);  // the duplicate id
   REQUIRE(results[3].reason == "store job id 3 is already in use");
   h.clock.Advance(std::chrono::seconds(60));  // job 4 waited: round 0 was met by job 3
   h.role->OnTick();

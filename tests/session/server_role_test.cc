@@ -505,7 +505,7 @@ TEST_CASE("E48 analogue: a round ended mid-transfer fails its jobs once, after t
   REQUIRE(h.Fetch("a", {3}, {2}, 1).ok());
   h.Store(1, "a", {1, 3});  // serves both rounds
   h.Store(2, "a", {2});
-  h.Abort("a", 0);          // the consumer gives up on round 0 before anything is sent
+  h.Abort("a", 0);  // the consumer gives up on round 0 before anything is sent
   auto results = h.Results();
   REQUIRE(results.size() == 1);  // job 2 at once; job 1 still has a block queued in round 1
   REQUIRE(results[0].job_id == 2);
@@ -590,7 +590,7 @@ TEST_CASE("E56 an old round's abort never touches a new round of the same reques
   h.Abort("a", 0);
   REQUIRE(h.Fetch("a", {1}, {0}, 0).ok());  // a late fetch of the acked round: not reopened
   REQUIRE(h.role->TrackedRequests() == 0);
-  h.Abort("a", 0);                           // a re-sent abort: no second ack
+  h.Abort("a", 0);                          // a re-sent abort: no second ack
   REQUIRE(h.Fetch("a", {1}, {0}, 1).ok());  // the next round has its own token
   h.Store(1, "a", {1});
   h.Drain();

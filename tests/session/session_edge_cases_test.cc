@@ -247,12 +247,12 @@ TEST_CASE("E61 close results: in-flight loads, unresolved probes, unloaded hits,
   PublishFilled(p.b, "k1", 1, 1);
   p.ConnectAndPump();
   auto& a = *p.a.session;
-  Probe(p, "resolved", {"k1"});                    // a resolved hit, never loaded: reported
-  a.RegisterLookup("missed", "k7");                // resolved as a miss: not reported
+  Probe(p, "resolved", {"k1"});      // a resolved hit, never loaded: reported
+  a.RegisterLookup("missed", "k7");  // resolved as a miss: not reported
   a.FlushPendingLookups();
   p.pipe.Pump();
   REQUIRE(a.RegisterLookup("missed", "k7") == ProbeAnswer::kMiss);
-  a.RegisterLookup("unresolved", "k2");            // registered, flushed, never answered
+  a.RegisterLookup("unresolved", "k2");  // registered, flushed, never answered
   a.FlushPendingLookups();
   REQUIRE(a.RequestBlocks(1, "load-1", {"x"}, {0}, p.a.region->Sink()).ok());
   REQUIRE(a.RequestBlocks(2, "load-2", {"y"}, {1}, p.a.region->Sink()).ok());
@@ -314,8 +314,7 @@ TEST_CASE("E62 one session serves a fetch and completes its own load in the same
   CHECK(SameBytes(p.b.region->Block(51), p.a.region->Block(5)));
 }
 
-TEST_CASE("E64 session parts: store before fetch is parked and served; a dead peer fails work at once",
-          "[session]") {
+TEST_CASE("E64 session parts: store before fetch is parked and served; a dead peer fails work at once", "[session]") {
   SessionPair p;
   p.b.region->Fill(4, 44);
   p.ConnectAndPump();
@@ -329,8 +328,7 @@ TEST_CASE("E64 session parts: store before fetch is parked and served; a dead pe
   CHECK(SameBytes(p.a.region->Block(12), p.b.region->Block(4)));
   p.a.session->Close(CloseCause::kOperator, "peer gone");
   CHECK(p.a.session->RegisterLookup("r", "k") == ProbeAnswer::kMiss);
-  CHECK(p.a.session->RequestBlocks(2, "pd2", {"k4"}, {13}, p.a.region->Sink()).code() ==
-        Status::Code::kUnavailable);
+  CHECK(p.a.session->RequestBlocks(2, "pd2", {"k4"}, {13}, p.a.region->Sink()).code() == Status::Code::kUnavailable);
 }
 
 TEST_CASE("E66 session part: fetching request ids are reported once, not accumulated", "[session]") {
@@ -408,8 +406,7 @@ TEST_CASE("E69 a session not ready within the handshake timeout closes and fails
   a.OnTick();
   CHECK(a.state() == State::kClosed);
   CHECK(a.close_reason() == "handshake timed out");
-  CHECK(std::get<protocol::Disconnect>(p.pipe.Outbox(SessionPipe::kA).back().message).reason ==
-        "handshake timed out");
+  CHECK(std::get<protocol::Disconnect>(p.pipe.Outbox(SessionPipe::kA).back().message).reason == "handshake timed out");
   SessionResults r = a.TakeResults();
   REQUIRE(r.loads.size() == 1);
   CHECK_FALSE(r.loads[0].success);
@@ -419,8 +416,7 @@ TEST_CASE("E69 a session not ready within the handshake timeout closes and fails
   CHECK(p.pipe.Queued(SessionPipe::kA) == 3);  // connect, ping, disconnect
 }
 
-TEST_CASE("E70 a rejected connect is answered by disconnect; a valid one after ready is a violation",
-          "[session]") {
+TEST_CASE("E70 a rejected connect is answered by disconnect; a valid one after ready is a violation", "[session]") {
   // Deliberate difference from the seed: spec section 4 requires the
   // disconnect with a reason naming the field instead of silence.
   SessionPair p;

@@ -62,8 +62,8 @@ struct LoneSession {
 
   void Make(std::string expected_peer) {
     log.Clear();
-    session = std::make_unique<PeerSession>(node.config, clock.AsClock(), log.AsSend(), node.index,
-                                            std::move(expected_peer));
+    session =
+        std::make_unique<PeerSession>(node.config, clock.AsClock(), log.AsSend(), node.index, std::move(expected_peer));
     session->Start();
   }
 
@@ -118,8 +118,7 @@ struct SessionPair {
 
   // The sessions from the configs, attached to the pipe, not started.
   void MakeSessions() {
-    a.session = std::make_unique<PeerSession>(a.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kA), a.index,
-                                              b.id);
+    a.session = std::make_unique<PeerSession>(a.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kA), a.index, b.id);
     b.session = std::make_unique<PeerSession>(b.config, clock.AsClock(), pipe.SendFrom(SessionPipe::kB), b.index);
     pipe.Attach(SessionPipe::kA, a.session.get());
     pipe.Attach(SessionPipe::kB, b.session.get());

@@ -34,7 +34,8 @@ int64_t AnswerFields::Int(std::string_view key) {
 uint64_t AnswerFields::Uint(std::string_view key) {
   const json::value* value = Field(key, "an unsigned integer");
   if (value != nullptr && value->is_uint64()) return value->get_uint64();
-  if (value != nullptr && value->is_int64() && value->get_int64() >= 0) return static_cast<uint64_t>(value->get_int64());
+  if (value != nullptr && value->is_int64() && value->get_int64() >= 0)
+    return static_cast<uint64_t>(value->get_int64());
   if (value != nullptr) Wrong(key, "an unsigned integer");
   return 0;
 }

@@ -36,8 +36,8 @@ Result<std::unique_ptr<LineSocket>> LineSocket::Connect(const std::string& path,
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(address.sun_path)) {
-    return ConnectionError("control socket path '" + path + "' must be 1 ..= " +
-                           std::to_string(sizeof(address.sun_path) - 1) + " bytes");
+    return ConnectionError("control socket path '" + path +
+                           "' must be 1 ..= " + std::to_string(sizeof(address.sun_path) - 1) + " bytes");
   }
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -167,8 +167,7 @@ Result<std::string> LineSocket::ReadLine() {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (!WaitFor(POLLIN, deadline)) {
         return TimedOut("no answer from kvpeerd at " + path_ + " within " + Seconds(allowed) +
-                        " (ClientOptions::request_timeout" + (wait_ms != 0 ? " plus the request's wait_ms" : "") +
-                        ")");
+                        " (ClientOptions::request_timeout" + (wait_ms != 0 ? " plus the request's wait_ms" : "") + ")");
       }
       continue;
     }

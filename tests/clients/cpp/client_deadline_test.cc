@@ -162,7 +162,8 @@ TEST_CASE("a daemon that never reads costs the request timeout on send") {
   REQUIRE(connected.ok());
   const auto start = Clock::now();
   // Far more than the socket buffers hold.
-  Result<void> sent = connected.value().Send(Request{"{\"op\":\"status\",\"id\":\"" + std::string(8 << 20, 'a') + "\"}"});
+  Result<void> sent =
+      connected.value().Send(Request{"{\"op\":\"status\",\"id\":\"" + std::string(8 << 20, 'a') + "\"}"});
   REQUIRE_FALSE(sent.ok());
   CHECK(sent.error().code == ErrorCode::kTimeout);
   CHECK(sent.error().message.find("took no request bytes") != std::string::npos);

@@ -255,10 +255,10 @@ TEST_CASE("answer: lines that break the API's promises are kBadAnswer naming wha
 }
 
 TEST_CASE("ErrorCode: every API code round-trips through its wire name") {
-  for (ErrorCode code : {ErrorCode::kBadRequest, ErrorCode::kUnknownOp, ErrorCode::kIncompatible,
-                         ErrorCode::kNoRegion, ErrorCode::kOutOfRange, ErrorCode::kConflict, ErrorCode::kNotFound,
-                         ErrorCode::kPeerUnavailable, ErrorCode::kTooLarge, ErrorCode::kShuttingDown,
-                         ErrorCode::kInternal}) {
+  for (ErrorCode code :
+       {ErrorCode::kBadRequest, ErrorCode::kUnknownOp, ErrorCode::kIncompatible, ErrorCode::kNoRegion,
+        ErrorCode::kOutOfRange, ErrorCode::kConflict, ErrorCode::kNotFound, ErrorCode::kPeerUnavailable,
+        ErrorCode::kTooLarge, ErrorCode::kShuttingDown, ErrorCode::kInternal}) {
     CHECK(ErrorCodeFromName(ErrorCodeName(code)) == code);
   }
   CHECK(ErrorCodeFromName("nonsense") == ErrorCode::kUnknownCode);

@@ -29,8 +29,8 @@ class DaemonProcess {
     dir_ = std::filesystem::temp_directory_path() / ("kvpeer-client-test-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::create_directories(dir_);
     socket_ = (dir_ / "kvpeerd.sock").string();
-    std::vector<std::string> args = {KVPEERD_BINARY, "--listen", "127.0.0.1:0", "--socket", socket_,
-                                     "--log-level", "warn"};
+    std::vector<std::string> args = {KVPEERD_BINARY, "--listen",    "127.0.0.1:0", "--socket",
+                                     socket_,        "--log-level", "warn"};
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<char*> argv;

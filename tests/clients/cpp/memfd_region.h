@@ -43,7 +43,9 @@ class MemfdRegion {
   }
 
  private:
-  static uint8_t Byte(uint64_t seed, uint64_t i) { return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 8)) & 0xff); }
+  static uint8_t Byte(uint64_t seed, uint64_t i) {
+    return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 8)) & 0xff);
+  }
 
   int fd_ = -1;
   uint8_t* base_ = nullptr;

@@ -52,8 +52,10 @@ Names TableOps(const std::string& section) {
   const std::regex row("^\\| `([a-z_]+)` \\|.*");
   bool in_table = false;
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("| op |", 0) == 0) in_table = true;
-    else if (line.rfind("|", 0) != 0) in_table = false;
+    if (line.rfind("| op |", 0) == 0)
+      in_table = true;
+    else if (line.rfind("|", 0) != 0)
+      in_table = false;
     std::smatch match;
     if (in_table && std::regex_match(line, match, row)) ops.insert(match[1]);
   }

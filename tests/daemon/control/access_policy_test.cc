@@ -65,9 +65,8 @@ TEST_CASE("a refusal is bad_request naming the op, the caller, who may and the s
 TEST_CASE("status shows each side with root and the daemon's uid") {
   const AccessPolicy policy(998, GrantedIds{{1001, 998}, {2001}}, GrantedIds{});
   const boost::json::object json = policy.ToJson();
-  CHECK(boost::json::serialize(json) ==
-        R"({"publishers":{"anyone":false,"uids":[0,998,1001],"gids":[2001]},)"
-        R"("operators":{"anyone":true,"uids":[],"gids":[]}})");
+  CHECK(boost::json::serialize(json) == R"({"publishers":{"anyone":false,"uids":[0,998,1001],"gids":[2001]},)"
+                                        R"("operators":{"anyone":true,"uids":[],"gids":[]}})");
   CHECK(boost::json::serialize(AccessPolicy(0).ToJson()) ==
         R"({"publishers":{"anyone":true,"uids":[],"gids":[]},"operators":{"anyone":true,"uids":[],"gids":[]}})");
 }

@@ -116,8 +116,9 @@ TEST_CASE("a descriptor stays with its line when one read takes several lines") 
   // All sent before the daemon runs, so it may read them together. (The
   // line with the descriptor starts the pipeline: the kernel may glue an
   // earlier, descriptor-less sendmsg to the front of the one carrying it.)
-  client.SendWithFd(json::serialize(json::object{{"op", "register_region"}, {"fd", true},
-                                                 {"num_blocks", testing::kNumBlocks}, {"id", 1}}) + "\n" + PollLine(2),
+  client.SendWithFd(json::serialize(json::object{
+                        {"op", "register_region"}, {"fd", true}, {"num_blocks", testing::kNumBlocks}, {"id", 1}}) +
+                        "\n" + PollLine(2),
                     memfd.get());
   client.SendWithFd(PollLine(3) + PollLine(4), -1);
   json::object registered = client.Response();
@@ -136,8 +137,9 @@ TEST_CASE("a descriptor reaches its line when a descriptor-less line is read tog
   // sendmsg as clients send them: the kernel gives both to one read, the
   // descriptor arriving with hello's bytes in front.
   client.SendWithFd(json::serialize(testing::Hello()) + "\n", -1);
-  client.SendWithFd(json::serialize(json::object{{"op", "register_region"}, {"fd", true},
-                                                 {"num_blocks", testing::kNumBlocks}, {"id", 7}}) + "\n",
+  client.SendWithFd(json::serialize(json::object{
+                        {"op", "register_region"}, {"fd", true}, {"num_blocks", testing::kNumBlocks}, {"id", 7}}) +
+                        "\n",
                     memfd.get());
   CHECK(client.Response().at("ok") == true);
   json::object registered = client.Response();
@@ -154,8 +156,8 @@ TEST_CASE("answers written straight into the output are the JSON the API specifi
   Daemon daemon;
   Engine engine(daemon);
   // Ids of every kind come back as json::serialize prints them; strings escaped.
-  for (const char* id : {R"("a\"b\\c\u0001é")", "-12", "1.5e3", "18446744073709551615", "[1,{\"x\":null}]",
-                         "true", "null"}) {
+  for (const char* id :
+       {R"("a\"b\\c\u0001é")", "-12", "1.5e3", "18446744073709551615", "[1,{\"x\":null}]", "true", "null"}) {
     engine.client.Send(std::string("{\"op\":\"poll\",\"id\":") + id + "}\n");
     std::optional<std::string> line = engine.client.ReadLine();
     REQUIRE(line);

@@ -17,7 +17,10 @@ namespace json = boost::json;
 const std::string kKey = "00112233445566778899aabbccddeeff";
 
 json::object Store(int64_t job_id, const std::string& kv_request_id) {
-  return {{"op", "store"}, {"job_id", job_id}, {"kv_request_id", kv_request_id}, {"keys", json::array{kKey}},
+  return {{"op", "store"},
+          {"job_id", job_id},
+          {"kv_request_id", kv_request_id},
+          {"keys", json::array{kKey}},
           {"block_ids", json::array{1}}};
 }
 

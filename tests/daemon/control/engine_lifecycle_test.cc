@@ -11,8 +11,8 @@ namespace {
 using namespace testing;
 
 json::object LoadRequest(int64_t job_id, const std::string& kv, protocol::SlotIndex slot) {
-  return {{"op", "load"}, {"job_id", job_id}, {"peer", "node-b:5710"}, {"kv_request_id", kv},
-          {"keys", json::array{"aa"}}, {"block_ids", json::array{slot}}};
+  return {{"op", "load"},        {"job_id", job_id},          {"peer", "node-b:5710"},
+          {"kv_request_id", kv}, {"keys", json::array{"aa"}}, {"block_ids", json::array{slot}}};
 }
 
 TEST_CASE("an engine's disconnect finishes its requests, withdraws its keys and ends its jobs") {
@@ -20,17 +20,24 @@ TEST_CASE("an engine's disconnect finishes its requests, withdraws its keys and 
   auto engine = std::make_unique<Engine>(daemon);
   Engine other(daemon, "engine-2");
   Client& client = engine->client;
-  REQUIRE(client.Call({{"op", "publish"}, {"keys", json::array{"a1", "a2"}}, {"block_ids", json::array{1, 2}}})
-              .at("ok") == true);
-  REQUIRE(other.client.Call({{"op", "publish"}, {"keys", json::array{"b1"}}, {"block_ids", json::array{1}}})
-              .at("ok") == true);
+  REQUIRE(
+      client.Call({{"op", "publish"}, {"keys", json::array{"a1", "a2"}}, {"block_ids", json::array{1, 2}}}).at("ok") ==
+      true);
+  REQUIRE(other.client.Call({{"op", "publish"}, {"keys", json::array{"b1"}}, {"block_ids", json::array{1}}}).at("ok") ==
+          true);
   REQUIRE(client.Call(LoadRequest(1, "req-load", 4)).at("ok") == true);
-  REQUIRE(client.Call({{"op", "store"}, {"job_id", 2}, {"kv_request_id", "req-store"},
-                       {"keys", json::array{"a1"}}, {"block_ids", json::array{1}}})
+  REQUIRE(client
+              .Call({{"op", "store"},
+                     {"job_id", 2},
+                     {"kv_request_id", "req-store"},
+                     {"keys", json::array{"a1"}},
+                     {"block_ids", json::array{1}}})
               .at("ok") == true);
-  REQUIRE(client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", "req-probe"},
-                       {"keys", json::array{"cc"}}})
-              .at("ok") == true);
+  REQUIRE(
+      client
+          .Call(
+              {{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", "req-probe"}, {"keys", json::array{"cc"}}})
+          .at("ok") == true);
   // A peer's frame still reads slot 2; the store's pin reads slot 1.
   session::PinRef reading = daemon.index().PinIfPublished(std::string("\xa2", 1));
   REQUIRE(reading);
@@ -90,8 +97,8 @@ TEST_CASE("a bad request from one engine does not affect another") {
   Daemon daemon;
   Engine a(daemon, "a");
   Engine b(daemon, "b");
-  REQUIRE(b.client.Call({{"op", "publish"}, {"keys", json::array{"bb"}}, {"block_ids", json::array{0}}})
-              .at("ok") == true);
+  REQUIRE(b.client.Call({{"op", "publish"}, {"keys", json::array{"bb"}}, {"block_ids", json::array{0}}}).at("ok") ==
+          true);
   a.client.Send("not json at all\n");
   CHECK(ErrorCodeOf(a.client.Response()) == "bad_request");
   CHECK(b.client.Call({{"op", "unpublish"}, {"keys", json::array{"bb"}}}).at("released") == json::array{0});

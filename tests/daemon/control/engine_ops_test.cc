@@ -21,12 +21,15 @@ json::object Publish(json::array keys, json::array block_ids) {
 
 json::object Load(int64_t job_id, json::array keys, json::array block_ids, const std::string& kv = "req-1",
                   const std::string& peer = "node-b:5710") {
-  return {{"op", "load"}, {"job_id", job_id}, {"peer", peer}, {"kv_request_id", kv},
-          {"keys", std::move(keys)}, {"block_ids", std::move(block_ids)}};
+  return {{"op", "load"},        {"job_id", job_id},        {"peer", peer},
+          {"kv_request_id", kv}, {"keys", std::move(keys)}, {"block_ids", std::move(block_ids)}};
 }
 
 json::object Store(int64_t job_id, json::array keys, json::array block_ids, const std::string& kv = "req-s") {
-  return {{"op", "store"}, {"job_id", job_id}, {"kv_request_id", kv}, {"keys", std::move(keys)},
+  return {{"op", "store"},
+          {"job_id", job_id},
+          {"kv_request_id", kv},
+          {"keys", std::move(keys)},
           {"block_ids", std::move(block_ids)}};
 }
 
@@ -107,10 +110,16 @@ TEST_CASE("kv_request_id and hash_seed with control characters are bad_request, 
   CHECK(ErrorCodeOf(refused) == "bad_request");
   CHECK_THAT(MessageOf(refused), Catch::Contains("'hash_seed'") && Catch::Contains("character 5 is U+000A"));
   REQUIRE(client.Call(Hello()).at("ok") == true);
-  for (const char* bad : {"req\x01", "a\x1f" "b", "del\x7f", "tab\t"}) {
+  for (const char* bad : {"req\x01",
+                          "a\x1f"
+                          "b",
+                          "del\x7f", "tab\t"}) {
     INFO(bad);
-    json::object response = client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", bad},
-                                         {"keys", HexKeys({"aa"})}, {"flush", true}});
+    json::object response = client.Call({{"op", "lookup"},
+                                         {"peer", "node-b:5710"},
+                                         {"kv_request_id", bad},
+                                         {"keys", HexKeys({"aa"})},
+                                         {"flush", true}});
     CHECK(ErrorCodeOf(response) == "bad_request");
     CHECK_THAT(MessageOf(response), Catch::Contains("'kv_request_id'") && Catch::Contains("control characters"));
     CHECK(ErrorCodeOf(client.Call({{"op", "finish"}, {"kv_request_id", bad}})) == "bad_request");
@@ -126,8 +135,7 @@ TEST_CASE("register_region maps the file once; errors change nothing") {
   ShmFile small(kNumBlocks * kBlockLen - 1);
 
   CHECK(ErrorCodeOf(client.Call(Publish(HexKeys({"aa"}), {0}))) == "no_region");
-  json::object too_small =
-      client.Call({{"op", "register_region"}, {"path", small.path()}, {"num_blocks", kNumBlocks}});
+  json::object too_small = client.Call({{"op", "register_region"}, {"path", small.path()}, {"num_blocks", kNumBlocks}});
   CHECK(ErrorCodeOf(too_small) == "bad_request");
   CHECK_THAT(MessageOf(too_small), Catch::Contains("511 bytes") && Catch::Contains("512"));
   CHECK(ErrorCodeOf(client.Call({{"op", "register_region"}, {"path", "/nonexistent/x"}, {"num_blocks", 1}})) ==
@@ -138,8 +146,7 @@ TEST_CASE("register_region maps the file once; errors change nothing") {
   CHECK(ErrorCodeOf(client.Call({{"op", "register_region"}, {"path", file.path()}, {"num_blocks", 0}})) ==
         "bad_request");
   CHECK(ErrorCodeOf(client.Call({{"op", "register_region"}, {"fd", true}, {"num_blocks", 1}})) == "bad_request");
-  CHECK(ErrorCodeOf(client.Call({{"op", "publish"}, {"keys", HexKeys({"aa"})}, {"block_ids", {0}}})) ==
-        "no_region");
+  CHECK(ErrorCodeOf(client.Call({{"op", "publish"}, {"keys", HexKeys({"aa"})}, {"block_ids", {0}}})) == "no_region");
 
   json::object ok = client.Call({{"op", "register_region"}, {"path", file.path()}, {"num_blocks", kNumBlocks}});
   CHECK(ok.at("ok") == true);
@@ -158,8 +165,9 @@ TEST_CASE("register_region with a descriptor passed by SCM_RIGHTS") {
   const std::string block(kBlockLen, 'm');
   REQUIRE(::pwrite(memfd.get(), block.data(), block.size(), 4096 + 2 * kBlockLen) == ssize_t(kBlockLen));
   client.SendWithFd(
-      json::serialize(json::object{{"op", "register_region"}, {"fd", true}, {"num_blocks", kNumBlocks},
-                                   {"offset", 4096}, {"id", "r"}}) + "\n",
+      json::serialize(json::object{
+          {"op", "register_region"}, {"fd", true}, {"num_blocks", kNumBlocks}, {"offset", 4096}, {"id", "r"}}) +
+          "\n",
       memfd.get());
   json::object response = client.Response();
   REQUIRE(response.at("ok") == true);
@@ -230,19 +238,27 @@ TEST_CASE("lookup answers hit, miss or retry per key") {
   REQUIRE(client.Call(Hello()).at("ok") == true);  // lookup needs no region
   daemon.peers().answer_for[std::string("\xaa", 1)] = session::ProbeAnswer::kHit;
   daemon.peers().answer_for[std::string("\xbb", 1)] = session::ProbeAnswer::kMiss;
-  json::object response = client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", "req-1"},
-                                       {"keys", HexKeys({"aa", "bb", "cc"})}, {"flush", true}});
+  json::object response = client.Call({{"op", "lookup"},
+                                       {"peer", "node-b:5710"},
+                                       {"kv_request_id", "req-1"},
+                                       {"keys", HexKeys({"aa", "bb", "cc"})},
+                                       {"flush", true}});
   CHECK(response.at("results") == json::array{"hit", "miss", "retry"});
   REQUIRE(daemon.peers().lookups.size() == 1);
   CHECK(daemon.peers().lookups[0].flush);
 
-  CHECK(ErrorCodeOf(client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", ""},
-                                 {"keys", HexKeys({"aa"})}})) == "bad_request");
-  CHECK(ErrorCodeOf(client.Call({{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", "r"},
-                                 {"keys", HexKeys({"aa"})}, {"flush", 1}})) == "bad_request");
+  CHECK(ErrorCodeOf(client.Call(
+            {{"op", "lookup"}, {"peer", "node-b:5710"}, {"kv_request_id", ""}, {"keys", HexKeys({"aa"})}})) ==
+        "bad_request");
+  CHECK(ErrorCodeOf(client.Call({{"op", "lookup"},
+                                 {"peer", "node-b:5710"},
+                                 {"kv_request_id", "r"},
+                                 {"keys", HexKeys({"aa"})},
+                                 {"flush", 1}})) == "bad_request");
   daemon.peers().lookup_status = Status::Unavailable("backing off");
-  CHECK(ErrorCodeOf(client.Call({{"op", "lookup"}, {"peer", "node-c:5710"}, {"kv_request_id", "req-2"},
-                                 {"keys", HexKeys({"aa"})}})) == "peer_unavailable");
+  CHECK(ErrorCodeOf(client.Call(
+            {{"op", "lookup"}, {"peer", "node-c:5710"}, {"kv_request_id", "req-2"}, {"keys", HexKeys({"aa"})}})) ==
+        "peer_unavailable");
   CHECK(daemon.peers().lookups.size() == 2);
   CHECK(client.Call({{"op", "flush"}}).at("sent") == 1);
 }
@@ -256,7 +272,7 @@ TEST_CASE("load: conflicts and range errors are refused before the peer side see
   CHECK(daemon.peers().loads[0].block_ids == std::vector<protocol::SlotIndex>{0, 1});
   CHECK(daemon.peers().loads[0].keys == std::vector<protocol::Key>{"\xaa", "\xbb"});
 
-  CHECK(ErrorCodeOf(client.Call(Load(1, HexKeys({"cc"}), {5}))) == "conflict");   // job_id in use
+  CHECK(ErrorCodeOf(client.Call(Load(1, HexKeys({"cc"}), {5}))) == "conflict");  // job_id in use
   json::object overlap = client.Call(Load(2, HexKeys({"cc", "dd"}), {5, 1}));
   CHECK(ErrorCodeOf(overlap) == "conflict");
   CHECK_THAT(MessageOf(overlap), Catch::Contains("block id 1"));

@@ -17,8 +17,12 @@ const protocol::Key kA("\xaa", 1);
 const protocol::Key kB("\xbb", 1);
 
 json::object WaitLookup(json::value wait_ms, const std::string& id = "l") {
-  return {{"op", "lookup"}, {"id", id}, {"peer", kPeer}, {"kv_request_id", "req-1"},
-          {"keys", json::array{"aa", "bb"}}, {"wait_ms", std::move(wait_ms)}};
+  return {{"op", "lookup"},
+          {"id", id},
+          {"peer", kPeer},
+          {"kv_request_id", "req-1"},
+          {"keys", json::array{"aa", "bb"}},
+          {"wait_ms", std::move(wait_ms)}};
 }
 
 void SendLine(Client& client, const json::object& request) { client.Send(json::serialize(request) + "\n"); }
@@ -57,7 +61,7 @@ TEST_CASE("a waiting lookup flushes at once, wakes on answers only, and answers 
   daemon.peers().EndSession("node-c:5710");  // another peer: no wake
   daemon.peers().Answer(kPeer, kA, ProbeAnswer::kHit);
   CHECK_FALSE(client.ReadLine(std::chrono::milliseconds(100)));  // bb is still retry
-  CHECK(daemon.peers().lookups.size() == 2);  // asked again once per event, never by polling
+  CHECK(daemon.peers().lookups.size() == 2);                     // asked again once per event, never by polling
   CHECK_FALSE(daemon.peers().lookups[1].flush);
 
   daemon.peers().Answer(kPeer, kB, ProbeAnswer::kMiss);

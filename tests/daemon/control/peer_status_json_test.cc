@@ -29,10 +29,9 @@ TEST_CASE("a peer's status has the documented fields in order; rtt and last_erro
   const json::array peers = PeersStatusJson({peer});
   REQUIRE(peers.size() == 1);
   const json::object& status = peers[0].as_object();
-  CHECK(Keys(status) == std::vector<std::string>{"peer_id", "state", "since", "rtt_us", "bytes_sent",
-                                                 "bytes_received", "loads_in_flight", "rounds_serving", "rounds_open",
-                                                 "round_key_bytes", "queued_bytes", "queued_bytes_peak", "features",
-                                                 "last_error"});
+  CHECK(Keys(status) == std::vector<std::string>{"peer_id", "state", "since", "rtt_us", "bytes_sent", "bytes_received",
+                                                 "loads_in_flight", "rounds_serving", "rounds_open", "round_key_bytes",
+                                                 "queued_bytes", "queued_bytes_peak", "features", "last_error"});
   CHECK(status.at("state") == "backoff");
   CHECK(status.at("since") == "2023-11-14T22:13:20Z");
   CHECK(status.at("rtt_us").is_null());

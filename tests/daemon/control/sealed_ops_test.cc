@@ -47,8 +47,7 @@ TEST_CASE("requests after a sealed publish are answered after it, in order") {
     json::object publish = SealedPublish({"aa"}, {static_cast<int64_t>(i % kNumBlocks)});
     publish["id"] = 2 * i;
     lines += json::serialize(publish) + "\n";
-    lines += json::serialize(json::object{{"op", "unpublish"}, {"keys", json::array{"aa"}}, {"id", 2 * i + 1}}) +
-             "\n";
+    lines += json::serialize(json::object{{"op", "unpublish"}, {"keys", json::array{"aa"}}, {"id", 2 * i + 1}}) + "\n";
   }
   engine.client.Send(lines);  // pipelined: one write
   for (int i = 0; i < 16; ++i) {
@@ -76,8 +75,8 @@ TEST_CASE("a sealed store pins its slots with the seals taken off the loop") {
   Daemon daemon;
   Engine engine(daemon);
   engine.region.Write(5 * kBlockLen, std::string(kBlockLen, 'p'));
-  json::object store{{"op", "store"},   {"job_id", 1},           {"kv_request_id", "pd-1"},
-                     {"keys", {"aa"}}, {"block_ids", {5}},     {"seal", true}};
+  json::object store{{"op", "store"},  {"job_id", 1},      {"kv_request_id", "pd-1"},
+                     {"keys", {"aa"}}, {"block_ids", {5}}, {"seal", true}};
   REQUIRE(engine.client.Call(store).at("ok") == true);
   CHECK(Counted(engine.client, "seal_bytes_hashed") == kBlockLen);
   CHECK(daemon.index().live_pins(1, 5) == 1);

@@ -152,8 +152,7 @@ inline std::string LabelKey(const std::vector<std::pair<std::string, std::string
 
 // Every problem of `text`; empty when it is well formed. Fills *samples
 // (when given) with every sample parsed.
-inline std::vector<std::string> CheckExposition(const std::string& text,
-                                                std::vector<ParsedSample>* samples = nullptr) {
+inline std::vector<std::string> CheckExposition(const std::string& text, std::vector<ParsedSample>* samples = nullptr) {
   using namespace exposition_detail;
   std::vector<std::string> problems;
   if (!text.empty() && text.back() != '\n') problems.push_back("text does not end with a newline");

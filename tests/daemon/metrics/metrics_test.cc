@@ -187,12 +187,12 @@ TEST_CASE("the strict checker itself refuses malformed expositions") {
   const auto problems = [](const std::string& text) { return CheckExposition(text).size(); };
   const std::string ok = "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n";
   CHECK(problems(ok) == 0);
-  CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total 1") > 0);       // no final newline
-  CHECK(problems("a_total 1\n") > 0);                                                 // no TYPE
-  CHECK(problems("# TYPE a_total counter\na_total 1\n") > 0);                         // no HELP
-  CHECK(problems(ok + "# TYPE a_total counter\n") > 0);                              // TYPE twice / after samples
-  CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total -1\n") > 0);     // negative counter
-  CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\",} 1\n") > 0);  // trailing comma
+  CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total 1") > 0);     // no final newline
+  CHECK(problems("a_total 1\n") > 0);                                              // no TYPE
+  CHECK(problems("# TYPE a_total counter\na_total 1\n") > 0);                      // no HELP
+  CHECK(problems(ok + "# TYPE a_total counter\n") > 0);                            // TYPE twice / after samples
+  CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total -1\n") > 0);  // negative counter
+  CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\",} 1\n") > 0);   // trailing comma
   CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"\\t\"} 1\n") > 0);  // bad escape
   CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\"} 1\na_total{x=\"1\"} 2\n") > 0);
   CHECK(problems("# HELP a_total A.\n# TYPE a_total counter\na_total 1 1700000000\n") > 0);  // timestamp
@@ -205,10 +205,10 @@ TEST_CASE("the strict checker itself refuses malformed expositions") {
   CHECK(problems(head + "h_bucket{le=\"1\"} 1\nh_sum 3\nh_count 1\n") > 0);                           // no +Inf
   CHECK(problems(head + "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 3\n") > 0);  // +Inf != count
   CHECK(problems(head + "h_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n") >
-        0);                                                                                   // le not increasing
-  CHECK(problems(head + "h_bucket{le=\"+Inf\"} 1\nh_count 1\n") > 0);                         // no _sum
-  CHECK(problems(head + "h 1\n") > 0);                                                        // bare histogram sample
-  CHECK(problems(head + "h_count{le=\"1\"} 1\n") > 0);                                        // le on _count
+        0);                                                            // le not increasing
+  CHECK(problems(head + "h_bucket{le=\"+Inf\"} 1\nh_count 1\n") > 0);  // no _sum
+  CHECK(problems(head + "h 1\n") > 0);                                 // bare histogram sample
+  CHECK(problems(head + "h_count{le=\"1\"} 1\n") > 0);                 // le on _count
 }
 
 // ---------------------------------------------------------------------------
@@ -388,8 +388,8 @@ TEST_CASE("lookups, loads and closes are counted per peer and timed, on both sid
   CHECK(SampleValue(on_b, "kvpeer_peer_frames_sent_total", {{"peer", peer_a}, {"type", "lookup"}}) == 1);
   CHECK(SampleValue(on_b, "kvpeer_peer_frames_sent_total", {{"peer", peer_a}, {"type", "fetch"}}) == 1);
   CHECK(SampleValue(on_b, "kvpeer_peer_frames_received_total", {{"peer", peer_a}, {"type", "block_data"}}) >= 1);
-  CHECK(SampleValue(on_b, "kvpeer_peer_loads_total", {{"peer", peer_a}, {"outcome", "succeeded"}, {"reason", "none"}}) ==
-        1);
+  CHECK(SampleValue(on_b, "kvpeer_peer_loads_total",
+                    {{"peer", peer_a}, {"outcome", "succeeded"}, {"reason", "none"}}) == 1);
   CHECK(SampleValue(on_b, "kvpeer_peer_dials_total", {{"peer", peer_a}}) == 1);
   CHECK(SampleValue(on_b, "kvpeer_peer_sessions_total", {{"peer", peer_a}}) == 1);
   CHECK(SampleValue(on_b, "kvpeer_peer_write_queue_frames", {{"peer", peer_a}}) == 0);
@@ -423,7 +423,7 @@ TEST_CASE("lookups, loads and closes are counted per peer and timed, on both sid
 
   a.peers->Shutdown("test over");
   b.peers->Shutdown("test over");
-  RunUntil(io, [] { return false; }) ;  // let the coroutines end (returns false after the bound)
+  RunUntil(io, [] { return false; });  // let the coroutines end (returns false after the bound)
 }
 
 TEST_CASE("a fingerprint mismatch is a handshake failure on both sides, logged with its reason") {
@@ -454,8 +454,8 @@ TEST_CASE("a fingerprint mismatch is a handshake failure on both sides, logged w
 TEST_CASE("a peer's disconnect text during the handshake cannot choose the failure's label") {
   // Attack: the peer words its disconnect like a refusal this node would
   // count under a specific label; only an exact fixed reason may do that.
-  const std::string said = GENERATE(std::string("x authentication failed y"),
-                                    std::string("peer silent config_fingerprint mismatch"));
+  const std::string said =
+      GENERATE(std::string("x authentication failed y"), std::string("peer silent config_fingerprint mismatch"));
   LogCapture log;
   asio::io_context io;
   Node a(io, "fp-one");

@@ -57,11 +57,11 @@ TEST_CASE("a peer's disconnect during the handshake is labelled by its exact fix
   CHECK(PeerSaid("handshake timed out") == "timeout");
   CHECK(PeerSaid("duplicate") == "other");
   CHECK(PeerSaid("too many peers") == "other");
-  CHECK(PeerSaid("idle") == "other");  // only a ready session closes as idle
+  CHECK(PeerSaid("idle") == "other");                          // only a ready session closes as idle
   CHECK(Handshake(CloseCause::kPeerDisconnected) == "other");  // no reason at all
   // A refusal is a refusal on both ends only when it is the fixed reason.
-  CHECK(IsHandshakeRefusal(HandshakeFailureLabel(CloseCause::kPeerDisconnected,
-                                                 PeerDisconnectReason::kAuthenticationFailed)));
+  CHECK(IsHandshakeRefusal(
+      HandshakeFailureLabel(CloseCause::kPeerDisconnected, PeerDisconnectReason::kAuthenticationFailed)));
 }
 
 TEST_CASE("a peer's disconnect text cannot choose a handshake failure label") {

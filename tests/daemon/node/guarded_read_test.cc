@@ -55,9 +55,9 @@ TEST_CASE("a SIGBUS sent with kill() or sigqueue() is ignored and leaves the gua
   // region killed the process.
   MappedFile mapped(4);
   InstallSigbusGuard();
-  REQUIRE(::kill(::getpid(), SIGBUS) == 0);  // SI_USER: would kill the test without the guard
+  REQUIRE(::kill(::getpid(), SIGBUS) == 0);                // SI_USER: would kill the test without the guard
   REQUIRE(::sigqueue(::getpid(), SIGBUS, sigval{}) == 0);  // SI_QUEUE
-  REQUIRE(::raise(SIGBUS) == 0);  // SI_TKILL
+  REQUIRE(::raise(SIGBUS) == 0);                           // SI_TKILL
   CHECK(GuardedChecksum(mapped.bytes()).has_value());
   mapped.file.Truncate(kPage);
   // The guard still turns a real fault into nullopt, again and again.

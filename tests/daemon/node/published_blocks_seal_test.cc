@@ -164,8 +164,8 @@ TEST_CASE_METHOD(SealFixture, "a broken seal withdraws nothing once the slot was
   session::PinRef pin = index.PinIfPublished("k1");
   Fill(2, 'b');
   REQUIRE(PublishSealed(index, 1, {"k2"}, {2}).ok());  // the engine published the new block there
-  CHECK_FALSE(pin->SealHoldsAfterWrite());  // what was sent is not what k1 named
-  CHECK(index.PinIfPublished("k2"));        // but k2's seal is the slot's now
+  CHECK_FALSE(pin->SealHoldsAfterWrite());             // what was sent is not what k1 named
+  CHECK(index.PinIfPublished("k2"));                   // but k2's seal is the slot's now
   CHECK(index.seals_broken() == 0);
 }
 

@@ -8,8 +8,8 @@
 namespace kvpeer::daemon {
 namespace {
 
-using protocol::SlotIndex;
 using protocol::Key;
+using protocol::SlotIndex;
 
 constexpr uint64_t kLen = 16;
 

@@ -84,7 +84,7 @@ TEST_CASE("a region file of another owner is refused with the message of a missi
   Status absent = ShmRegion::MapPath(missing, {4, 16, 0}, other, &region);
   REQUIRE_FALSE(absent.ok());
   CHECK(absent.message() == "cannot open region file '" + missing +
-                               "': not accessible or not a regular file owned by uid " + std::to_string(other));
+                                "': not accessible or not a regular file owned by uid " + std::to_string(other));
   CHECK(ShmRegion::MapPath(file.path(), {4, 16, 0}, ::geteuid(), &region).ok());
 }
 
@@ -156,7 +156,7 @@ TEST_CASE("a region whose file is truncated after mapping is no longer backed, f
   REQUIRE(ShmRegion::MapFd(fd.get(), {2, 16, 16}, &region).ok());
   CHECK(region->StillBacked());
   REQUIRE(::ftruncate(fd.get(), 2 * 16) == 0);  // no longer covers offset 16 + 2 blocks
-  usleep(2000);                                  // past the re-check interval
+  usleep(2000);                                 // past the re-check interval
   CHECK_FALSE(region->StillBacked());
   REQUIRE(::ftruncate(fd.get(), 4 * 16) == 0);  // grown back: still not trusted
   usleep(2000);

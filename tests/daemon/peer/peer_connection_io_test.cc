@@ -53,8 +53,8 @@ struct ConnectedPair {
     tcp::socket accepted(io);
     acceptor.async_accept(accepted, [](boost::system::error_code) {});
     while (!accepted.is_open()) io.run_one();
-    b = std::make_shared<PeerConnection>(PeerStream(std::move(accepted)), ConfigFor("127.0.0.1:" + port), index_b,
-                                         "", listener_b);
+    b = std::make_shared<PeerConnection>(PeerStream(std::move(accepted)), ConfigFor("127.0.0.1:" + port), index_b, "",
+                                         listener_b);
     b->StartAccepted();
   }
   // Runs the io_context until `done` or a bound of handlers.
@@ -77,8 +77,7 @@ size_t Received(const PeerConnection& connection, const protocol::Message& kind)
   return connection.stats().frames_received[kind.index()];
 }
 
-TEST_CASE("peer connection io: a burst of lookups goes out whole and every one is answered once",
-          "[peer_connection]") {
+TEST_CASE("peer connection io: a burst of lookups goes out whole and every one is answered once", "[peer_connection]") {
   ConnectedPair pair;
   const bool ready = pair.RunUntil([&] { return pair.a->session().ready() && pair.b->session().ready(); });
   INFO("a: " << pair.a->session().close_reason() << "; b: " << pair.b->session().close_reason());

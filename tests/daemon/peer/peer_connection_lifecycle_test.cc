@@ -39,8 +39,7 @@ struct UnstartedConnection {
   std::shared_ptr<PeerConnection> connection;
 };
 
-TEST_CASE("peer connection: WithSession runs the after-step and returns the operation's result",
-          "[peer_connection]") {
+TEST_CASE("peer connection: WithSession runs the after-step and returns the operation's result", "[peer_connection]") {
   UnstartedConnection fixture;
   PeerConnection& connection = *fixture.connection;
   const size_t loads = connection.WithSession([](session::PeerSession& session) { return session.LoadsInFlight(); });

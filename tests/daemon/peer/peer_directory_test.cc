@@ -63,7 +63,8 @@ TEST_CASE("peer directory: crossed dials keep the smaller node's dial on both en
   // survives; against node-c (larger) this node's own dial does.
   DirectoryFixture f;
   ConnectionId to_a = f.directory.Acquire("node-a:5710").connection;
-  Adoption from_a = f.directory.Adopt("node-a:5710", ConnectionFacts{false, true, ""}, ConnectionFacts{true, false, "e1"});
+  Adoption from_a =
+      f.directory.Adopt("node-a:5710", ConnectionFacts{false, true, ""}, ConnectionFacts{true, false, "e1"});
   CHECK(from_a.kind == Adoption::Kind::kSupersede);
   CHECK(from_a.old == to_a);
   CHECK(from_a.cause == CloseCause::kDuplicate);
@@ -73,7 +74,8 @@ TEST_CASE("peer directory: crossed dials keep the smaller node's dial on both en
   CHECK(f.directory.entries().at("node-a:5710").state == PeerState::kConnecting);
 
   ConnectionId to_c = f.directory.Acquire("node-c:5710").connection;
-  Adoption from_c = f.directory.Adopt("node-c:5710", ConnectionFacts{false, true, ""}, ConnectionFacts{true, false, "e1"});
+  Adoption from_c =
+      f.directory.Adopt("node-c:5710", ConnectionFacts{false, true, ""}, ConnectionFacts{true, false, "e1"});
   CHECK(from_c.kind == Adoption::Kind::kCloseNew);
   CHECK(f.directory.Connection("node-c:5710") == to_c);
 }
@@ -245,8 +247,8 @@ TEST_CASE("peer directory: finishing a request fails its queued loads and drops 
   // posted resubmission was asked again after the finish, so blocks could
   // land in slots the engine had already reused.
   DirectoryFixture f;
-  f.directory.HandBack("node-a:5710", Work({Load(1, "kv"), Load(2, "other")}, {"kv", "other"}),
-                       CloseCause::kDuplicate, "duplicate");
+  f.directory.HandBack("node-a:5710", Work({Load(1, "kv"), Load(2, "other")}, {"kv", "other"}), CloseCause::kDuplicate,
+                       "duplicate");
   CHECK(f.directory.FinishRequest("node-c:5710", "kv").empty());  // another peer's request
   CHECK(f.directory.FinishRequest("node-a:5710", "kv") == std::vector<session::JobId>{1});
   auto queued = f.directory.TakeResubmissions();

@@ -26,24 +26,33 @@ void Walk(std::initializer_list<PeerPhase> path) {
 }
 
 TEST_CASE("peer phase: every way a connection really goes is allowed", "[peer_phase]") {
-  Walk({kRunning, kLingering, kClosed});                                // accepted TCP, graceful close
-  Walk({kTlsHandshake, kRunning, kClosed});                             // accepted TLS, socket lost
-  Walk({kResolving, kConnecting, kRunning, kLingering, kClosed});       // dialled TCP
-  Walk({kResolving, kConnecting, kTlsHandshake, kRunning, kClosed});    // dialled TLS
-  Walk({kResolving, kClosed});                                          // lookup failed
-  Walk({kResolving, kConnecting, kClosed});                             // connect failed
-  Walk({kResolving, kConnecting, kTlsHandshake, kClosed});              // TLS handshake failed
-  Walk({kTlsHandshake, kClosed});                                       // accepted, handshake failed
-  Walk({kClosed});                                                      // closed before it started
+  Walk({kRunning, kLingering, kClosed});                              // accepted TCP, graceful close
+  Walk({kTlsHandshake, kRunning, kClosed});                           // accepted TLS, socket lost
+  Walk({kResolving, kConnecting, kRunning, kLingering, kClosed});     // dialled TCP
+  Walk({kResolving, kConnecting, kTlsHandshake, kRunning, kClosed});  // dialled TLS
+  Walk({kResolving, kClosed});                                        // lookup failed
+  Walk({kResolving, kConnecting, kClosed});                           // connect failed
+  Walk({kResolving, kConnecting, kTlsHandshake, kClosed});            // TLS handshake failed
+  Walk({kTlsHandshake, kClosed});                                     // accepted, handshake failed
+  Walk({kClosed});                                                    // closed before it started
 }
 
 TEST_CASE("peer phase: the table is exactly the documented one", "[peer_phase]") {
   const std::vector<std::pair<PeerPhase, PeerPhase>> allowed = {
-      {kIdle, kResolving},         {kIdle, kTlsHandshake},        {kIdle, kRunning},
-      {kIdle, kClosed},            {kResolving, kConnecting},     {kResolving, kClosed},
-      {kConnecting, kTlsHandshake}, {kConnecting, kRunning},      {kConnecting, kClosed},
-      {kTlsHandshake, kRunning},   {kTlsHandshake, kClosed},      {kRunning, kLingering},
-      {kRunning, kClosed},         {kLingering, kClosed},
+      {kIdle, kResolving},
+      {kIdle, kTlsHandshake},
+      {kIdle, kRunning},
+      {kIdle, kClosed},
+      {kResolving, kConnecting},
+      {kResolving, kClosed},
+      {kConnecting, kTlsHandshake},
+      {kConnecting, kRunning},
+      {kConnecting, kClosed},
+      {kTlsHandshake, kRunning},
+      {kTlsHandshake, kClosed},
+      {kRunning, kLingering},
+      {kRunning, kClosed},
+      {kLingering, kClosed},
   };
   for (PeerPhase from : kAllPhases) {
     for (PeerPhase to : kAllPhases) {

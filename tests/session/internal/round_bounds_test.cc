@@ -32,8 +32,7 @@ ServerConfig WithKeyBytes(uint64_t bytes) {
 
 uint64_t Charge(size_t keys, size_t key_len) { return keys * (key_len + kRoundKeyOverhead); }
 
-TEST_CASE("round timeout: a lookup-only round with pinned hits is retired and its pins released",
-          "[server][rounds]") {
+TEST_CASE("round timeout: a lookup-only round with pinned hits is retired and its pins released", "[server][rounds]") {
   ServerHarness h;
   h.Publish({1, 2});
   h.Lookup("a", {1, 2}, 4);
@@ -165,8 +164,7 @@ TEST_CASE("key bytes: every way a round ends gives its bytes back", "[server][ro
   CHECK(h.role->RoundsOpen() == 0);
 }
 
-TEST_CASE("lookup_resp of a lookup near the header limit is split by round, one answer a key",
-          "[server][rounds]") {
+TEST_CASE("lookup_resp of a lookup near the header limit is split by round, one answer a key", "[server][rounds]") {
   ServerConfig config = server_test::DefaultServerConfig();
   config.max_round_key_bytes = 0;
   ServerHarness h(config);
