@@ -2,6 +2,10 @@
 # Installs kvpeer's build dependencies (only those missing) and builds it.
 #
 #   scripts/setup.sh [--build-dir DIR] [--type Release|Debug] [--sanitize] [--tsan] [--coverage] [--fuzz]
+#                    [--configure-only]
+#
+# --configure-only installs and configures (compile_commands.json for the
+# clang-tidy gate) without building.
 #
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 # Package installation needs root (apt-get); everything else does not.
@@ -12,6 +16,7 @@ build_dir="$root/build"
 build_type=Release
 cmake_args=()
 compiler=()
+configure_only=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -21,6 +26,7 @@ while [ $# -gt 0 ]; do
     --tsan) cmake_args+=(-DKVPEER_TSAN=ON); shift ;;
     --coverage) cmake_args+=(-DKVPEER_COVERAGE=ON); build_type=Debug; shift ;;
     --fuzz) cmake_args+=(-DKVPEER_FUZZ=ON); compiler=(-DCMAKE_CXX_COMPILER=clang++); shift ;;
+    --configure-only) configure_only=1; shift ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -53,4 +59,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "${compiler[@]}" "${cmake_args[@]}" >/dev/null
+if [ "$configure_only" = 1 ]; then exit 0; fi
 cmake --build "$build_dir" -j2

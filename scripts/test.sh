@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, and runs
+#   0. the hygiene gates (scripts/check_hygiene.sh: clang-format, file sizes,
+#      flake8, clang-tidy's function size), before anything is built,
 #   1. the libFuzzer targets for a bounded time (scripts/fuzz.sh),
 #   2. every ctest suite but the soak under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   3. the session and daemon suites under ThreadSanitizer,
@@ -14,6 +16,10 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+echo "== hygiene gates"
+scripts/setup.sh --build-dir build --configure-only
+scripts/check_hygiene.sh build
+
 if [ -n "${FUZZ_SECONDS:-}" ]; then
   echo "== fuzzing (${FUZZ_SECONDS} s per target)"
   scripts/fuzz.sh "$FUZZ_SECONDS"
