@@ -11,6 +11,10 @@
 // (docs/control-api.md, "2. Errors"), so a failure deep in the daemon reaches
 // the engine with its class intact; daemon/api/api_error.h names each on the wire.
 //
+// [[nodiscard]]: a Status returned and dropped is a failure nobody handles,
+// so the compiler refuses it (-Werror); a caller that really has nothing to
+// do with a failure says so with IgnoreError() and a comment why.
+//
 // Thread-safety: a Status is a plain value; distinct objects may be used
 // from distinct threads.
 #pragma once
@@ -20,7 +24,7 @@
 
 namespace kvpeer {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
@@ -59,6 +63,8 @@ class Status {
   static Status ShuttingDown(std::string message) { return Status(Code::kShuttingDown, std::move(message)); }
 
   bool ok() const { return code_ == Code::kOk; }
+  // Drops a failure on purpose (see [[nodiscard]] above); the call site says why.
+  void IgnoreError() const {}
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
 

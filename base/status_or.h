@@ -24,7 +24,7 @@
 namespace kvpeer {
 
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   // REQUIRES: !status.ok()
   StatusOr(Status status) : status_(Failed(std::move(status))) {}  // NOLINT: implicit by design

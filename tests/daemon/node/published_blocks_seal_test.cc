@@ -50,7 +50,7 @@ std::string Bytes(const session::PinRef& pin) {
 
 TEST_CASE_METHOD(SealFixture, "a sealed slot sends the checksum of its bytes at publish, not of its bytes now") {
   Fill(2, 'a');
-  PublishSealed(index, 1, {"k"}, {2});
+  REQUIRE(PublishSealed(index, 1, {"k"}, {2}).ok());
   Fill(2, 'b');  // the engine reused the slot too early
   session::PinRef pin = index.PinIfPublished("k");
   REQUIRE(pin);
@@ -60,30 +60,30 @@ TEST_CASE_METHOD(SealFixture, "a sealed slot sends the checksum of its bytes at 
 
 TEST_CASE_METHOD(SealFixture, "an unsealed slot sends the checksum of its bytes as they are read") {
   Fill(2, 'a');
-  index.Publish(1, {"k"}, {2});
+  REQUIRE(index.Publish(1, {"k"}, {2}).ok());
   Fill(2, 'b');
   CHECK(index.PinIfPublished("k")->Checksum() == HashOf(std::string(kLen, 'b')));
 }
 
 TEST_CASE_METHOD(SealFixture, "publishing a sealed slot again unsealed drops the seal") {
   Fill(2, 'a');
-  PublishSealed(index, 1, {"k"}, {2});
+  REQUIRE(PublishSealed(index, 1, {"k"}, {2}).ok());
   Fill(2, 'b');
-  index.Publish(1, {"k"}, {2});
+  REQUIRE(index.Publish(1, {"k"}, {2}).ok());
   CHECK(index.PinIfPublished("k")->Checksum() == HashOf(std::string(kLen, 'b')));
 }
 
 TEST_CASE_METHOD(SealFixture, "sealing again takes the slot's bytes as they are then") {
   Fill(2, 'a');
-  PublishSealed(index, 1, {"k"}, {2});
+  REQUIRE(PublishSealed(index, 1, {"k"}, {2}).ok());
   Fill(2, 'b');
-  PublishSealed(index, 1, {"k"}, {2});
+  REQUIRE(PublishSealed(index, 1, {"k"}, {2}).ok());
   CHECK(index.PinIfPublished("k")->Checksum() == HashOf(std::string(kLen, 'b')));
 }
 
 TEST_CASE_METHOD(SealFixture, "a pin keeps the seal it began with after the slot is unpublished") {
   Fill(2, 'a');
-  PublishSealed(index, 1, {"k"}, {2});
+  REQUIRE(PublishSealed(index, 1, {"k"}, {2}).ok());
   session::PinRef pin = index.PinIfPublished("k");
   index.Unpublish(1, {"k"});
   Fill(2, 'b');
@@ -92,10 +92,10 @@ TEST_CASE_METHOD(SealFixture, "a pin keeps the seal it began with after the slot
 
 TEST_CASE_METHOD(SealFixture, "a slot withdrawn and published again unsealed is not sealed") {
   Fill(2, 'a');
-  PublishSealed(index, 1, {"k"}, {2});
+  REQUIRE(PublishSealed(index, 1, {"k"}, {2}).ok());
   index.Unpublish(1, {"k"});
   Fill(2, 'b');
-  index.Publish(1, {"other"}, {2});
+  REQUIRE(index.Publish(1, {"other"}, {2}).ok());
   CHECK(index.PinIfPublished("other")->Checksum() == HashOf(std::string(kLen, 'b')));
 }
 
@@ -111,7 +111,7 @@ TEST_CASE_METHOD(SealFixture, "a sealed store pin sends its seal; SealOf hashes 
 
 TEST_CASE_METHOD(SealFixture, "a truncated region has no seal and no checksum, and its sink no landed checksum") {
   Fill(1, 'a');
-  index.Publish(1, {"k"}, {1});
+  REQUIRE(index.Publish(1, {"k"}, {1}).ok());
   session::PinRef pin = index.PinIfPublished("k");
   session::SlotSinkRef sink = MakeSlotSink(region);
   file->Truncate(0);
@@ -170,7 +170,7 @@ TEST_CASE_METHOD(SealFixture, "a broken seal withdraws nothing once the slot was
 }
 
 TEST_CASE_METHOD(SealFixture, "unsealed blocks always pass the after-write check") {
-  index.Publish(1, {"k1"}, {4});
+  REQUIRE(index.Publish(1, {"k1"}, {4}).ok());
   session::PinRef pin = index.PinIfPublished("k1");
   Fill(4, 'z');
   CHECK(pin->SealHoldsAfterWrite());

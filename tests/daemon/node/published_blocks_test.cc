@@ -47,7 +47,7 @@ TEST_CASE_METHOD(IndexFixture, "published keys are pinned with the bytes of thei
 }
 
 TEST_CASE_METHOD(IndexFixture, "unpublish reports unpinned slots released and pinned ones pinned") {
-  index.Publish(1, {"k1", "k2"}, {3, 4});
+  REQUIRE(index.Publish(1, {"k1", "k2"}, {3, 4}).ok());
   session::PinRef pin = index.PinIfPublished("k2");
   UnpublishResult result = index.Unpublish(1, {"k1", "k2", "unknown"});
   CHECK(result.released == std::vector<SlotIndex>{3});
@@ -61,7 +61,7 @@ TEST_CASE_METHOD(IndexFixture, "unpublish reports unpinned slots released and pi
 }
 
 TEST_CASE_METHOD(IndexFixture, "an engine cannot unpublish another engine's key") {
-  index.Publish(2, {"k1"}, {5});
+  REQUIRE(index.Publish(2, {"k1"}, {5}).ok());
   UnpublishResult result = index.Unpublish(1, {"k1"});
   CHECK(result.released.empty());
   CHECK(result.pinned.empty());
@@ -69,22 +69,22 @@ TEST_CASE_METHOD(IndexFixture, "an engine cannot unpublish another engine's key"
 }
 
 TEST_CASE_METHOD(IndexFixture, "re-publishing a key this engine holds moves it; the old slot is reported free") {
-  index.Publish(1, {"k1"}, {3});
+  REQUIRE(index.Publish(1, {"k1"}, {3}).ok());
   SECTION("within one engine, unpinned: reported at once") {
-    index.Publish(1, {"k1"}, {6});
+    REQUIRE(index.Publish(1, {"k1"}, {6}).ok());
     CHECK(a_released == std::vector<SlotIndex>{3});
     CHECK(index.published(1) == 1);
   }
   SECTION("within one engine, pinned: reported when the pin drops") {
     session::PinRef pin = index.PinIfPublished("k1");
-    index.Publish(1, {"k1"}, {6});
+    REQUIRE(index.Publish(1, {"k1"}, {6}).ok());
     CHECK(a_released.empty());
     pin.reset();
     CHECK(a_released == std::vector<SlotIndex>{3});
     CHECK(index.published(1) == 1);
   }
   SECTION("to the same slot again: nothing changes") {
-    index.Publish(1, {"k1"}, {3});
+    REQUIRE(index.Publish(1, {"k1"}, {3}).ok());
     CHECK(a_released.empty());
     CHECK(index.published(1) == 1);
   }
@@ -94,9 +94,9 @@ TEST_CASE_METHOD(IndexFixture, "re-publishing a key this engine holds moves it; 
 TEST_CASE_METHOD(IndexFixture, "another engine publishing a held key adds a holding and moves nothing") {
   a_file->Write(3 * kLen, std::string(kLen, 'a'));
   b_file->Write(0, std::string(kLen, 'b'));
-  index.Publish(1, {"k1"}, {3});
+  REQUIRE(index.Publish(1, {"k1"}, {3}).ok());
   session::PinRef pin = index.PinIfPublished("k1");
-  index.Publish(2, {"k1"}, {0});
+  REQUIRE(index.Publish(2, {"k1"}, {0}).ok());
   CHECK(index.holders("k1") == 2);
   CHECK(index.published(1) == 1);
   CHECK(index.published(2) == 1);
@@ -112,8 +112,8 @@ TEST_CASE_METHOD(IndexFixture, "another engine publishing a held key adds a hold
 
 TEST_CASE_METHOD(IndexFixture, "each engine's unpublish withdraws only its own holding") {
   b_file->Write(0, std::string(kLen, 'b'));
-  index.Publish(1, {"k1"}, {3});
-  index.Publish(2, {"k1"}, {0});
+  REQUIRE(index.Publish(1, {"k1"}, {3}).ok());
+  REQUIRE(index.Publish(2, {"k1"}, {0}).ok());
   UnpublishResult result = index.Unpublish(1, {"k1"});
   CHECK(result.released == std::vector<SlotIndex>{3});
   CHECK(index.holders("k1") == 1);
@@ -130,8 +130,8 @@ TEST_CASE_METHOD(IndexFixture, "each engine's unpublish withdraws only its own h
 }
 
 TEST_CASE_METHOD(IndexFixture, "an engine's exit withdraws only its own holdings") {
-  index.Publish(1, {"k1", "k2"}, {3, 4});
-  index.Publish(2, {"k1"}, {0});
+  REQUIRE(index.Publish(1, {"k1", "k2"}, {3, 4}).ok());
+  REQUIRE(index.Publish(2, {"k1"}, {0}).ok());
   index.RemoveEngine(1);
   CHECK(index.holders("k1") == 1);
   CHECK(index.holders("k2") == 0);
@@ -143,7 +143,7 @@ TEST_CASE_METHOD(IndexFixture, "an engine's exit withdraws only its own holdings
 }
 
 TEST_CASE_METHOD(IndexFixture, "a slot holding two keys is free only when both are gone") {
-  index.Publish(1, {"k1", "k2"}, {2, 2});
+  REQUIRE(index.Publish(1, {"k1", "k2"}, {2, 2}).ok());
   UnpublishResult first = index.Unpublish(1, {"k1"});
   CHECK(first.released.empty());
   CHECK(first.pinned.empty());
@@ -153,8 +153,8 @@ TEST_CASE_METHOD(IndexFixture, "a slot holding two keys is free only when both a
 
 TEST_CASE_METHOD(IndexFixture, "removing an engine withdraws its keys; pins keep its region mapped") {
   a_file->Write(1 * kLen, std::string(kLen, 'q'));
-  index.Publish(1, {"k1", "k2"}, {1, 2});
-  index.Publish(2, {"k3"}, {1});
+  REQUIRE(index.Publish(1, {"k1", "k2"}, {1, 2}).ok());
+  REQUIRE(index.Publish(2, {"k3"}, {1}).ok());
   session::PinRef pin = index.PinIfPublished("k1");
   std::weak_ptr<ShmRegion> weak = a_region;
   a_region.reset();
