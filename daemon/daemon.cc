@@ -136,14 +136,9 @@ int Daemon::Run() {
   // SIGBUS sent with kill() is ignored from the start (guarded_read.h).
   InstallSigbusGuard();
   parts_ = std::make_unique<Parts>(io_, settings_);
-  if (!settings_.tls_cert.empty()) {
-    auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca});
-    if (!tls.ok()) {
-      spdlog::error("cannot set up TLS for peer connections: {}", tls.status().message());
-      return 1;
-    }
-    parts_->peers.set_tls(std::move(tls).value());
-    spdlog::info("peer connections use TLS 1.3 with mutual certificate verification (CA {})", settings_.tls_ca);
+  if (Status error = SetUpPeerTls(); !error.ok()) {
+    spdlog::error("cannot set up TLS for peer connections: {}", error.message());
+    return 1;
   }
   const StatusOr<uint16_t> port = parts_->peers.Listen();
   if (!port.ok()) {
@@ -180,11 +175,36 @@ int Daemon::Run() {
     }
   }
 
-  bool draining = false;  // from the signal on, systemd's STATUS says so
-  parts_->signals.async_wait([this, &draining](boost::system::error_code ec, int signal) {
+  WaitForTermination();
+  WaitForReload();
+  spdlog::info("kvpeerd ready: node_id={} listen={} socket={}", settings_.node_id, parts_->peers.listen_address(),
+               settings_.socket_path);
+  auto status = [this] {
+    return draining_ ? std::string("draining") : StatusText(settings_.node_id, parts_->peers, parts_->engines);
+  };
+  systemd::Ready(status());
+  if (std::optional<std::chrono::microseconds> timeout = systemd::WatchdogInterval()) {
+    boost::asio::co_spawn(io_, FeedWatchdog(parts_->watchdog_timer, *timeout / 2, status), boost::asio::detached);
+  }
+  io_.run();
+  spdlog::info("kvpeerd stopped");
+  return 0;
+}
+
+Status Daemon::SetUpPeerTls() {
+  if (settings_.tls_cert.empty()) return Status::Ok();
+  auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca});
+  if (!tls.ok()) return tls.status();
+  parts_->peers.set_tls(std::move(tls).value());
+  spdlog::info("peer connections use TLS 1.3 with mutual certificate verification (CA {})", settings_.tls_ca);
+  return Status::Ok();
+}
+
+void Daemon::WaitForTermination() {
+  parts_->signals.async_wait([this](boost::system::error_code ec, int signal) {
     if (ec) return;
     spdlog::info("received signal {}: draining", signal);
-    draining = true;
+    draining_ = true;
     systemd::Stopping("draining");
     boost::system::error_code ignored;
     parts_->reload_signal.cancel(ignored);
@@ -198,20 +218,6 @@ int Daemon::Run() {
       io_.stop();
     });
   });
-
-  WaitForReload();
-  spdlog::info("kvpeerd ready: node_id={} listen={} socket={}", settings_.node_id, parts_->peers.listen_address(),
-               settings_.socket_path);
-  auto status = [this, &draining] {
-    return draining ? std::string("draining") : StatusText(settings_.node_id, parts_->peers, parts_->engines);
-  };
-  systemd::Ready(status());
-  if (std::optional<std::chrono::microseconds> timeout = systemd::WatchdogInterval()) {
-    boost::asio::co_spawn(io_, FeedWatchdog(parts_->watchdog_timer, *timeout / 2, status), boost::asio::detached);
-  }
-  io_.run();
-  spdlog::info("kvpeerd stopped");
-  return 0;
 }
 
 void Daemon::WaitForReload() {
