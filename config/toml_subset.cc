@@ -253,10 +253,11 @@ class Reader {
 
 }  // namespace
 
-Status ParseTomlSubset(std::string_view text, const std::set<std::string, std::less<>>& known_keys,
-                       std::vector<TomlEntry>* entries) {
-  entries->clear();
-  return Reader(text, known_keys).ReadDocument(entries);
+StatusOr<std::vector<TomlEntry>> ParseTomlSubset(std::string_view text,
+                                                 const std::set<std::string, std::less<>>& known_keys) {
+  std::vector<TomlEntry> entries;
+  if (Status status = Reader(text, known_keys).ReadDocument(&entries); !status.ok()) return status;
+  return entries;
 }
 
 }  // namespace kvpeer::config
