@@ -53,7 +53,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   EngineSession& operator=(const EngineSession&) = delete;
 
   // Engine ops, each on its request as parsed and validated by
-  // daemon/api/control_requests.h; the control server turns the answers
+  // daemon/api/request_parsers.h; the control server turns the answers
   // into response fields. `fd` is the descriptor passed with the request's
   // line (SCM_RIGHTS), if any.
   struct RegionAnswer {

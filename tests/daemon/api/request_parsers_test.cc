@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include <boost/json/serialize.hpp>
+
 #include "daemon/api/request_parsers.h"
 #include "tests/daemon/api/request_test_util.h"
 
@@ -101,7 +103,7 @@ TEST_CASE("publish: keys and block_ids in pairs, optional seal") {
   StatusOr<PublishRequest> publish = ParsePublish(valid);
   REQUIRE(publish.ok());
   REQUIRE(publish->keys.size() == 2);
-  CHECK(publish->keys[0] == protocol::Key{0x00, 0xff});
+  CHECK(publish->keys[0] == protocol::Key{0x00, static_cast<char>(0xff)});
   CHECK(publish->block_ids == std::vector<uint64_t>{3, 0});
   CHECK(publish->seal);
   EachFieldMissingOrMistyped(ParsePublish, valid, kWrongKinds);
