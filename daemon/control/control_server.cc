@@ -537,7 +537,7 @@ json::object ControlServer::StatusFields() const {
   PeerService* peers = engines_.peer_service();
   status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
   status["peers"] = peers != nullptr ? PeersStatusJson(peers->PeerSnapshots()) : json::array();
-  status["engines"] = engines_.EnginesStatus();
+  status["engines"] = EnginesStatusJson(engines_.EnginesStatus());
   json::object counters;
   for (const auto& [name, value] : engines_.counters().ByName()) counters[name] = value;
   status["counters"] = std::move(counters);

@@ -8,8 +8,6 @@
 
 namespace kvpeer::daemon {
 
-namespace json = boost::json;
-
 EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodePublishedBlocks& index,
                                std::string node_id)
     : executor_(std::move(executor)), model_(model), index_(index), node_id_(std::move(node_id)) {}
@@ -155,16 +153,12 @@ EngineRegistry::Totals EngineRegistry::EngineTotals() const {
   return totals;
 }
 
-json::array EngineRegistry::EnginesStatus() const {
-  json::array engines;
+std::vector<EngineRegistry::EngineStatus> EngineRegistry::EnginesStatus() const {
+  std::vector<EngineStatus> engines;
+  engines.reserve(engines_.size());
   for (const auto& [id, session] : engines_) {
-    json::object engine;
-    engine["client"] = session->client();
-    engine["pid"] = session->credentials().pid;
-    engine["num_blocks"] = session->num_blocks();
-    engine["published"] = index_.published(id);
-    engine["loads_in_flight"] = session->loads_in_flight();
-    engines.push_back(std::move(engine));
+    engines.push_back({session->client(), session->credentials().pid, session->num_blocks(), index_.published(id),
+                       session->loads_in_flight()});
   }
   return engines;
 }

@@ -22,8 +22,6 @@
 #include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
 
 #include "base/status_or.h"
 #include "daemon/api/api_error.h"
@@ -99,8 +97,15 @@ class EngineRegistry : public ResultSink {
   void OnRequestFailed(const std::string& peer, const std::string& kv_request_id) override;
   void OnProbesChanged(const std::string& peer, bool ended) override;
 
-  // status.engines: one object per engine session.
-  boost::json::array EnginesStatus() const;
+  // status.engines: one row per engine session, oldest first.
+  struct EngineStatus {
+    std::string client;
+    int32_t pid = 0;
+    uint32_t num_blocks = 0;
+    size_t published = 0;
+    size_t loads_in_flight = 0;
+  };
+  std::vector<EngineStatus> EnginesStatus() const;
   size_t engine_count() const { return engines_.size(); }
   // Sums over the engine sessions, for the metrics.
   struct Totals {

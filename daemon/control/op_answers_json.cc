@@ -52,4 +52,19 @@ void AddPollReport(const PollReport& report, json::object* response) {
   (*response)["released"] = json::array(report.released.begin(), report.released.end(), memory);
 }
 
+json::array EnginesStatusJson(const std::vector<EngineRegistry::EngineStatus>& engines) {
+  json::array out;
+  out.reserve(engines.size());
+  for (const EngineRegistry::EngineStatus& status : engines) {
+    json::object engine;
+    engine["client"] = status.client;
+    engine["pid"] = status.pid;
+    engine["num_blocks"] = status.num_blocks;
+    engine["published"] = status.published;
+    engine["loads_in_flight"] = status.loads_in_flight;
+    out.push_back(std::move(engine));
+  }
+  return out;
+}
+
 }  // namespace kvpeer::daemon
