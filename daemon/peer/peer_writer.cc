@@ -6,6 +6,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "daemon/peer/front_write.h"
 #include "daemon/peer/outgoing_frame.h"
 #include "daemon/peer/peer_connection.h"
 
@@ -59,12 +60,8 @@ void PeerWriter::NoteQueued(const session::OutFrame& frame) {
   }
 }
 
-// Only between the coroutine's frames (write_in_progress_ false: it is
-// parked or about to look at the queue again), only control frames (data
-// frames need the coroutine's torn-source handling) and only plain TCP.
 bool PeerWriter::MayWriteFrontNow() const {
-  return connection_.phase_.now() == PeerPhase::kRunning && stream_.zero_copy() && !write_in_progress_ &&
-         !queue_.empty() && !queue_.front_is_data();
+  return FrontWriteAllowed(connection_.phase_.now(), stream_.zero_copy(), write_in_progress_, queue_);
 }
 
 // What the socket does not take now stays queued (a frame it took part of
