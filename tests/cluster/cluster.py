@@ -28,13 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvpeer_testing import harness
+from kvpeer import Client, KvpeerError, ProtocolError
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "clients" / "python"))
-
-import harness  # noqa: E402
-from kvpeer import Client, KvpeerError, ProtocolError  # noqa: E402
 
 PREFIX = "kvc"
 NET = "10.213"  # hosts 10.213.0.N/16; outsiders (the attacker) 10.213.1.N

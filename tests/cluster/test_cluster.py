@@ -19,9 +19,8 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import cluster as C  # noqa: E402
+import cluster as C
+from kvpeer_testing import wait
 
 LIVENESS_S = 10.0  # wire-protocol.md section 4 step 8 (fixed)
 MiB = 1 << 20
@@ -77,13 +76,7 @@ class ClusterTestCase(unittest.TestCase):
         return None
 
     def wait_until(self, pred, timeout, what):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.02)
-        self.fail(f"{what} not reached within {timeout} s")
+        return wait.wait_until(pred, timeout, what, interval=0.02)
 
 
 class MeshTest(ClusterTestCase):

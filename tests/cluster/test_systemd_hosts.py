@@ -32,10 +32,8 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import cluster as C  # noqa: E402
-from test_cluster import ClusterTestCase  # noqa: E402
+import cluster as C
+from test_cluster import ClusterTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -206,7 +204,7 @@ class ServiceHostsTest(ClusterTestCase):
 
     def agent(self, c, name, region, num_blocks, extra=(), user="engine"):
         prefix = c.enter() + ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
-                              "env", "PYTHONDONTWRITEBYTECODE=1"]
+                              "env", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=/mnt/src/clients/python"]
         a = C.Agent(prefix, "/run/kvpeer/test.sock", BLOCK, num_blocks, name, region=region, extra=extra,
                     python="python3", agent_path="/mnt/src/tests/cluster/agent.py")
         self.cl.agents.append(a)

@@ -24,10 +24,10 @@ import sys
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerctl_path, rss_bytes, small_asan_quarantine, ubsan_without_vptr
+from kvpeer_testing.harness import DaemonTestCase, dump, kvpeerctl_path, rss_bytes, small_asan_quarantine, ubsan_without_vptr
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
-from wire_peer import WirePeer
+from kvpeer_testing.wire_peer import WirePeer
 
 BLOCK_LEN = 64 * 1024
 ESC = "\x1b"

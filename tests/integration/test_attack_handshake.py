@@ -22,8 +22,8 @@ import subprocess
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerd_path
-from wire_peer import MAX_HEADER_LEN, WirePeer, encode_frame
+from kvpeer_testing.harness import DaemonTestCase, dump, kvpeerd_path
+from kvpeer_testing.wire_peer import MAX_HEADER_LEN, WirePeer, encode_frame
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 4096

@@ -34,7 +34,7 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerctl_path
+from kvpeer_testing.harness import DaemonTestCase, dump, kvpeerctl_path
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
 

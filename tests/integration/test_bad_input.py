@@ -29,10 +29,10 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, settled_status, snapshot
+from kvpeer_testing.harness import DaemonTestCase, dump, settled_status, snapshot
 from kvpeer import Client, KvpeerError, ProtocolError, Region
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
-from wire_peer import MAX_HEADER_LEN, MAX_PAYLOAD_LEN, WireListener, WirePeer, encode_frame, psk_proof
+from kvpeer_testing.wire_peer import MAX_HEADER_LEN, MAX_PAYLOAD_LEN, WireListener, WirePeer, encode_frame, psk_proof
 
 BLOCK_LEN = 64 * 1024
 NUM_BLOCKS = 64

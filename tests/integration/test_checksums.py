@@ -44,11 +44,12 @@ import sys
 import time
 import unittest
 
-from fault_tools import metric_value, peer_entry, wait_for
-from harness import DaemonTestCase, dump
+from kvpeer_testing.fault_tools import metric_value, peer_entry
+from kvpeer_testing.wait import poll as wait_for
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
 from test_faults import BLOCK_LEN, COUNT, LOAD_TIMEOUT_S, FaultBase
-from wire_peer import WireListener, WirePeer, xxh3_list
+from kvpeer_testing.wire_peer import WireListener, WirePeer, xxh3_list
 
 FRAME_BLOCKS = 4  # data frames are at most 1 MiB: four 256 KiB blocks
 SEED = int(os.environ.get("KVPEER_CHECKSUM_SEED", "20261204"))

@@ -12,7 +12,7 @@ import tempfile
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, settled_status, snapshot
+from kvpeer_testing.harness import DaemonTestCase, dump, settled_status, snapshot
 from kvpeer import MAX_LINE_BYTES, KvpeerError, ProtocolError, Region
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 

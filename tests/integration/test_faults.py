@@ -31,9 +31,10 @@ import sys
 import time
 import unittest
 
-from fault_proxy import FaultProxy
-from fault_tools import FixedDaemon, engine_entry, free_port, metric_value, peer_entry, wait_for
-from harness import DaemonTestCase, dump, model_flags
+from kvpeer_testing.fault_proxy import FaultProxy
+from kvpeer_testing.fault_tools import FixedDaemon, engine_entry, free_port, metric_value, peer_entry
+from kvpeer_testing.wait import poll as wait_for
+from kvpeer_testing.harness import DaemonTestCase, dump, model_flags
 from kvpeer import Client, KvpeerError, ProtocolError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 

@@ -20,8 +20,8 @@ import socket
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
-from wire_peer import WirePeer
+from kvpeer_testing.harness import DaemonTestCase, dump
+from kvpeer_testing.wire_peer import WirePeer
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 

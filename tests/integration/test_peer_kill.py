@@ -6,7 +6,7 @@ serving its engines and other peers."""
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer import KvpeerError
 from kvpeer.simulator import make_keys
 

@@ -27,8 +27,8 @@ import sys
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
-from wire_peer import WirePeer
+from kvpeer_testing.harness import DaemonTestCase, dump
+from kvpeer_testing.wire_peer import WirePeer
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 

@@ -21,7 +21,7 @@ import subprocess
 import time
 import unittest
 
-from harness import DaemonTestCase, Daemon, dump, kvpeerd_path
+from kvpeer_testing.harness import DaemonTestCase, Daemon, dump, kvpeerd_path
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 64 * 1024

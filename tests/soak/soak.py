@@ -54,15 +54,13 @@ import traceback
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from kvpeer_testing.fault_proxy import FaultProxy
+from kvpeer_testing.fault_tools import FixedDaemon, free_port, proc_fds
+from kvpeer import Client, KvpeerError, ProtocolError, Region
+from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "clients" / "python"))
-
-from fault_proxy import FaultProxy  # noqa: E402
-from fault_tools import FixedDaemon, free_port, proc_fds  # noqa: E402
-from kvpeer import Client, KvpeerError, ProtocolError, Region  # noqa: E402
-from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys  # noqa: E402
 
 BLOCK_LEN = 128 * 1024
 NUM_BLOCKS = 384

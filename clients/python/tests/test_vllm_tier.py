@@ -34,20 +34,16 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
+from kvpeer_testing.harness import DaemonTestCase
+from kvpeer.simulator import block_content, make_keys
+from kvpeer.vllm import KvpeerSecondaryTier
+from kvpeer.vllm.metrics import Names
+from vllm._stub_shape import CHUNK, SHAPE
+from vllm.v1.kv_offload.base import LookupResult, OffloadPolicy
+from vllm_driver import Engine, VllmRegion, create_tier, make_job
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-sys.path.insert(0, str(HERE / "vllm_stub"))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "clients" / "python"))
-
-from harness import DaemonTestCase  # noqa: E402
-from kvpeer.simulator import block_content, make_keys  # noqa: E402
-from kvpeer.vllm import KvpeerSecondaryTier  # noqa: E402
-from kvpeer.vllm.metrics import Names  # noqa: E402
-from vllm._stub_shape import CHUNK, SHAPE  # noqa: E402
-from vllm.v1.kv_offload.base import LookupResult, OffloadPolicy  # noqa: E402
-from vllm_driver import Engine, VllmRegion, create_tier, make_job  # noqa: E402
 
 ROW = 8192  # two pages: vLLM's row stride is a page multiple
 BLOCKS = 64
