@@ -23,7 +23,6 @@ Exit status 0 when every block arrived intact, 1 otherwise.
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import time

@@ -16,7 +16,6 @@ with B stays as it was; A's next load from B gets B's bytes.
 import os
 import socket
 import ssl
-import time
 import unittest
 
 from kvpeer_testing.harness import DaemonTestCase, dump

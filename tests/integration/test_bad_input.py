@@ -969,6 +969,7 @@ class ControlInputTest(BadInputBase):
         self.assertTrue(self.v.running, "kvpeerd died reading a flipping source region\n" + self.v.log_tail(40))
         self.assertTrue(self.h.running, "kvpeerd died hashing into a flipping destination region")
         self.assertGreater(sum(outcomes.values()), 0, "no load ran: nothing was tested")
+
         def transferred():
             try:
                 self.real_transfer()  # every key, bytes verified

@@ -360,5 +360,6 @@ class ControlErrorsTest(DaemonTestCase):
                           f"connection (closed={closed}) before a new request reached it "
                           f"({polls_answered} polls answered)")
 
+
 if __name__ == "__main__":
     unittest.main()

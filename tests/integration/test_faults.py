@@ -527,7 +527,7 @@ class SignalFaultTest(FaultBase):
         self.assertEqual(self.consumer.probe(self.peer, "pinned-only", self.keys[:per]), ["hit"] * per)
         withdrawn = self.producer.client.unpublish(self.keys[:per])
         self.assertEqual(sorted(withdrawn["pinned"]), list(range(per)), "the probe did not pin")
-        jobs = self.submit(self.consumer, self.peer, self.keys[per:], 3, "inflight", slot_base=per)
+        self.submit(self.consumer, self.peer, self.keys[per:], 3, "inflight", slot_base=per)
         self.wait_bytes_down(2 * MiB)
         self.assertGreater(sum(p["rounds_serving"] for p in self.a.status()["peers"]), 0)
         self.b.kill()

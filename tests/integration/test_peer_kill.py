@@ -63,6 +63,7 @@ class PeerKillTest(DaemonTestCase):
         results = self.consumer.wait_jobs(list(jobs), timeout=15)
         self.assertLess(time.monotonic() - started, 12.0)
         self.assertEqual([j for j, r in results.items() if r["success"]], [], dump(results))
+
         def all_reported():
             self.consumer.poll_once(0)
             return set(jobs.values()) <= set(self.consumer.failed_requests)

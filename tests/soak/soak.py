@@ -536,9 +536,9 @@ class Worker(threading.Thread):
         if self.pending and self.late_drain:
             self.orphan_all("late_drain")
         if self.pending:
+            first = [(j, i['kind'], i['kv']) for j, i in list(self.pending.items())[:5]]
             self.stats.violation("lost_in_drain", f"{self.name_}: {len(self.pending)} jobs got no result before "
-                                                  f"the daemon closed the socket: "
-                                                  f"{[(j, i['kind'], i['kv']) for j, i in list(self.pending.items())[:5]]}")
+                                                  f"the daemon closed the socket: {first}")
             self.stats.add("lost", len(self.pending))
             self.orphan_all("drain")
         self.drained.clear()

@@ -27,8 +27,8 @@ Direction names: "up" is dialler -> target (what the proxy's client sends),
 
 Everything is bounded: sockets have timeouts, the held-back bytes of a stalled,
 slowed or delayed direction are capped (`max_held`, 1 MiB by default: the
-pump stops reading past the cap, so TCP back-pressure reaches the sender), and `close()` ends every thread within about a
-second. Loopback only: the proxy refuses a target outside 127.0.0.0/8.
+pump stops reading past the cap, so TCP back-pressure reaches the sender),
+and `close()` ends every thread within about a second. Loopback only: the proxy refuses a target outside 127.0.0.0/8.
 """
 
 import ipaddress
