@@ -546,9 +546,9 @@ class LifecycleTest(TierTestCase):
         """A's own daemon dies: the tier notices at its next call, lookups
         miss meanwhile; once a daemon is back on the socket the tier opens a
         new session (hello and region again) and publishes again."""
-        tier_module = sys.modules["kvpeer.vllm.tier"]
-        self.addCleanup(setattr, tier_module, "_RECONNECT_INTERVAL_S", tier_module._RECONNECT_INTERVAL_S)
-        tier_module._RECONNECT_INTERVAL_S = 0.2
+        session_module = sys.modules["kvpeer.vllm.session"]
+        self.addCleanup(setattr, session_module, "_RECONNECT_INTERVAL_S", session_module._RECONNECT_INTERVAL_S)
+        session_module._RECONNECT_INTERVAL_S = 0.2
         a = self.vllm_engine(self.a, "a")
         keys = make_keys("lost", 4)
         self.publish(a, keys)
@@ -792,9 +792,9 @@ class FakeDaemonTest(unittest.TestCase):
         self.addCleanup(__import__("shutil").rmtree, self.dir, True)
         self.region = VllmRegion(f"fake-{uuid.uuid4().hex[:8]}", 8, ROW)
         self.addCleanup(self.region.close)
-        tier_module = sys.modules["kvpeer.vllm.tier"]
-        self.addCleanup(setattr, tier_module, "_RECONNECT_INTERVAL_S", tier_module._RECONNECT_INTERVAL_S)
-        tier_module._RECONNECT_INTERVAL_S = 0.1
+        session_module = sys.modules["kvpeer.vllm.session"]
+        self.addCleanup(setattr, session_module, "_RECONNECT_INTERVAL_S", session_module._RECONNECT_INTERVAL_S)
+        session_module._RECONNECT_INTERVAL_S = 0.1
         # The constructor derives the seed's digest (scrypt, ~0.1 s, once per process): done
         # here, so the constructor's time below is its own.
         from kvpeer.vllm import identity
@@ -905,9 +905,9 @@ class FakeDaemonTest(unittest.TestCase):
     def test_failed_ids_are_bounded_and_pruned(self):
         """failed_requests naming ids of requests vLLM already finished (or
         never had) are not remembered; live ones are, at most _MAX_FAILED."""
-        tier_module = sys.modules["kvpeer.vllm.tier"]
-        self.addCleanup(setattr, tier_module, "_MAX_FAILED", tier_module._MAX_FAILED)
-        tier_module._MAX_FAILED = 4
+        session_module = sys.modules["kvpeer.vllm.session"]
+        self.addCleanup(setattr, session_module, "_MAX_FAILED", session_module._MAX_FAILED)
+        session_module._MAX_FAILED = 4
         names = [f"kv{i}" for i in range(10)]
 
         def script(index, request):
