@@ -124,14 +124,13 @@ class ClusterDaemon(harness.Daemon):
     """kvpeerd inside a host's namespace."""
 
     def __init__(self, host, workdir, args, env=None):
-        super().__init__(workdir, host.name, args, env=env)
+        super().__init__(workdir, host.name, args, env=env, listen=host.node_id,
+                         log_level=os.environ.get("KVPEER_CLUSTER_LOG_LEVEL", "info"),
+                         wrapper=["ip", "netns", "exec", host.ns])
         self.host = host
 
     def command(self):
-        return ["ip", "netns", "exec", self.host.ns, str(harness.kvpeerd_path()),
-                "--listen", self.host.node_id, "--node-id", self.host.node_id,
-                "--socket", self.socket_path, "--log-level", os.environ.get("KVPEER_CLUSTER_LOG_LEVEL", "info")
-                ] + self.args
+        return super().command() + ["--node-id", self.host.node_id]
 
     def start(self, timeout=harness.READY_TIMEOUT_S):
         # A fresh log per start, so a restarted daemon's log is its own (the old one is kept beside it).
