@@ -11,7 +11,6 @@ its engines are untouched, and a real transfer between the two daemons still
 verifies byte for byte afterwards.
 """
 
-import time
 
 from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
@@ -90,11 +89,8 @@ class BadInputBase(DaemonTestCase):
         return p
 
     def assert_logged(self, daemon, text, timeout=3.0):
-        deadline = time.monotonic() + timeout
-        while text not in daemon.log_text():
-            if time.monotonic() > deadline:
-                self.fail(f"{daemon.name}'s log does not mention {text!r}")
-            time.sleep(0.02)
+        self.wait_until(lambda: text in daemon.log_text(), timeout, f"{daemon.name}'s log mentioning {text!r}",
+                        interval=0.02)
 
     def rejected(self, peer, *needles, daemon=None, timeout=5.0):
         """The daemon's disconnect reason; it must contain every needle and

@@ -50,11 +50,8 @@ class AttackBase(DaemonTestCase):
         return p
 
     def wait_logged(self, daemon, *texts, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        while not all(t in daemon.log_text() for t in texts):
-            if time.monotonic() > deadline:
-                self.fail(f"{daemon.name}'s log lacks {texts!r}")
-            time.sleep(0.02)
+        self.wait_until(lambda: all(t in daemon.log_text() for t in texts), timeout,
+                        f"{daemon.name}'s log having {texts!r}", interval=0.02)
 
 
 class RelayTest(AttackBase):
