@@ -20,7 +20,7 @@ import time
 import unittest
 
 import cluster as C
-from kvpeer_testing import wait
+from kvpeer_testing import logs, wait
 
 LIVENESS_S = 10.0  # wire-protocol.md section 4 step 8 (fixed)
 MiB = 1 << 20
@@ -41,20 +41,14 @@ class ClusterTestCase(unittest.TestCase):
         return cl
 
     def _close(self):
-        failed = self._failed()
+        failed = logs.test_failed(self)
         if failed:
-            sys.stderr.write(f"\n==== daemon logs for {self.id()} ====\n{self.cl.logs()}\n")
+            logs.print_tails(self.id(), [h.daemon for h in self.cl.hosts if h.daemon is not None])
         prefix = self.cl.prefix
         self.cl.close()
         self.assertEqual(C.leftover_namespaces(prefix), [], "namespaces left behind")
         if not failed:
             self.assertEqual(self.cl.stop_problems, [], "daemons did not stop cleanly")
-
-    def _failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(t is self for t, _ in list(result.errors) + list(result.failures))
 
     def assert_quiet(self, publishers=()):
         """No work in flight anywhere; every (agent, prefix, count) in `publishers` unpublishes with no
