@@ -19,15 +19,11 @@ import tempfile
 import threading
 import time
 import unittest
-from pathlib import Path
 
 from kvpeer import Client, KvpeerError, ProtocolError, Region
 from kvpeer_testing.daemon import Daemon
 from kvpeer_testing.paths import kvpeerd_path
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 
 BLOCK_LEN = 64 * 1024
 

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from pathlib import Path
 from types import SimpleNamespace
 
 from kvpeer_testing.harness import DaemonTestCase
 from kvpeer.simulator import block_content
 from vllm.v1.kv_offload.base import LookupResult
 from vllm_driver import Engine, VllmRegion, create_tier
-
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 
 ROW = 8192  # two pages: vLLM's row stride is a page multiple
 BLOCKS = 64
