@@ -7,55 +7,54 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
+
+#include "base/unique_fd.h"
 
 namespace kvpeer::config {
 namespace {
 
-FileCheck Problem(FileProblem problem, const std::string& path, const std::string& what) {
-  return {problem, "'" + path + "' " + what};
-}
-
 std::string Errno() { return std::strerror(errno); }
 
-// Closes the descriptor on every return path.
-class FileCloser {
- public:
-  explicit FileCloser(int fd) : fd_(fd) {}
-  ~FileCloser() { ::close(fd_); }
-  FileCloser(const FileCloser&) = delete;
-  FileCloser& operator=(const FileCloser&) = delete;
+std::string Named(const std::string& path, const std::string& what) { return "'" + path + "' " + what; }
 
- private:
-  int fd_;
-};
-
-FileCheck Examine(int fd, const std::string& path, const FileRule& rule) {
+Status Examine(int fd, const std::string& path, const FileRule& rule) {
   struct stat info {};
-  if (::fstat(fd, &info) != 0) return Problem(FileProblem::kCannotExamine, path, "cannot be examined: " + Errno());
-  if (!S_ISREG(info.st_mode)) return Problem(FileProblem::kNotRegular, path, "is not a regular file");
+  if (::fstat(fd, &info) != 0) return Status::Unavailable(Named(path, "cannot be examined: " + Errno()));
+  if (!S_ISREG(info.st_mode)) return Status::Invalid(Named(path, "is not a regular file"));
   if ((info.st_mode & rule.forbidden_bits) != 0) {
-    return Problem(
-        FileProblem::kModeForbidden, path,
-        std::string(rule.forbidden_what) + " (mode " + OctalMode(info.st_mode) + "); allowed: " + rule.allowed);
+    return Status::Invalid(Named(
+        path, std::string(rule.forbidden_what) + " (mode " + OctalMode(info.st_mode) + "); allowed: " + rule.allowed));
   }
   if (static_cast<uint64_t>(info.st_size) > rule.max_bytes) {
-    return Problem(FileProblem::kTooLarge, path,
-                   "is " + std::to_string(info.st_size) + " bytes; " + rule.kind + " is at most " +
-                       std::to_string(rule.max_bytes));
+    return Status::TooLarge(Named(path, "is " + std::to_string(info.st_size) + " bytes; " + rule.kind + " is at most " +
+                                            std::to_string(rule.max_bytes)));
   }
-  return {};
+  return Status::Ok();
 }
 
-FileCheck ReadAll(int fd, const std::string& path, const FileRule& rule, std::string* contents) {
+StatusOr<std::string> ReadAll(int fd, const std::string& path, const FileRule& rule) {
+  std::string contents;
   char buffer[4096];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Problem(FileProblem::kCannotRead, path, "cannot be read: " + Errno());
-    if (n == 0) return {};
-    contents->append(buffer, static_cast<size_t>(n));
-    if (contents->size() > rule.max_bytes) return Problem(FileProblem::kGrew, path, "grew while being read");
+    if (n < 0) return Status::Unavailable(Named(path, "cannot be read: " + Errno()));
+    if (n == 0) return contents;
+    contents.append(buffer, static_cast<size_t>(n));
+    if (contents.size() > rule.max_bytes) return Status::TooLarge(Named(path, "grew while being read"));
   }
+}
+
+// Opens `path` read-only and checks the opened file (fstat, not stat on the
+// path, so the file checked is the file read). O_NONBLOCK: opening a FIFO
+// for reading otherwise waits for a writer; it changes nothing for the
+// regular file that passes the checks.
+StatusOr<daemon::UniqueFd> OpenChecked(const std::string& path, const FileRule& rule) {
+  daemon::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) return Status::NotFound(Named(path, "cannot be opened: " + Errno()));
+  if (Status problem = Examine(fd.get(), path, rule); !problem.ok()) return problem;
+  return fd;
 }
 
 }  // namespace
@@ -82,15 +81,12 @@ std::string OctalMode(mode_t mode) {
   return text;
 }
 
-FileCheck ReadCheckedFile(const std::string& path, const FileRule& rule, std::string* contents) {
-  // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer.
-  // It changes nothing for the regular file that passes the checks.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return Problem(FileProblem::kCannotOpen, path, "cannot be opened: " + Errno());
-  FileCloser closer(fd);
-  FileCheck check = Examine(fd, path, rule);
-  if (check.ok() && contents != nullptr) check = ReadAll(fd, path, rule, contents);
-  return check;
+StatusOr<std::string> ReadCheckedFile(const std::string& path, const FileRule& rule) {
+  StatusOr<daemon::UniqueFd> fd = OpenChecked(path, rule);
+  if (!fd.ok()) return fd.status();
+  return ReadAll(fd->get(), path, rule);
 }
+
+Status CheckFile(const std::string& path, const FileRule& rule) { return OpenChecked(path, rule).status(); }
 
 }  // namespace kvpeer::config

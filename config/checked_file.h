@@ -23,18 +23,10 @@
 #include <cstdint>
 #include <string>
 
-namespace kvpeer::config {
+#include "base/status.h"
+#include "base/status_or.h"
 
-enum class FileProblem {
-  kNone,
-  kCannotOpen,     // open(2) failed (missing, permission denied, ...)
-  kCannotExamine,  // fstat(2) failed
-  kNotRegular,     // a directory, FIFO, socket or device
-  kModeForbidden,  // carries a permission bit the rule forbids
-  kTooLarge,       // larger than the rule's bound
-  kCannotRead,     // read(2) failed
-  kGrew,           // grew past the bound while being read
-};
+namespace kvpeer::config {
 
 struct FileRule {
   mode_t forbidden_bits = 0;        // e.g. 0077: nothing for group or others
@@ -52,18 +44,21 @@ FileRule SecretFileRule(uint64_t max_bytes);
 // node trust a CA of their own, or present a certificate of their choice).
 FileRule TrustedFileRule(uint64_t max_bytes);
 
-struct FileCheck {
-  FileProblem problem = FileProblem::kNone;
-  // Names the path and the rule, without a prefix, e.g. "'/etc/kvpeer/psk'
-  // grants permissions to group or others (mode 0640); allowed: owner-only,
-  // e.g. chmod 600". Empty when problem is kNone.
-  std::string message;
-  bool ok() const { return problem == FileProblem::kNone; }
-};
+// Failures name the path and the rule, without a prefix, e.g.
+// "'/etc/kvpeer/psk' grants permissions to group or others (mode 0640);
+// allowed: owner-only, e.g. chmod 600". Their codes are the causes callers
+// tell apart:
+//   kNotFound     open(2) failed (missing, permission denied, ...);
+//   kUnavailable  fstat(2) or read(2) failed;
+//   kInvalid      not a regular file (a directory, FIFO, socket or device),
+//                 or it carries a permission bit the rule forbids;
+//   kTooLarge     larger than the rule's bound, or grew past it while read.
 
-// Opens and checks `path` under `rule`; when `contents` is not null also
-// reads the whole file into it.
-FileCheck ReadCheckedFile(const std::string& path, const FileRule& rule, std::string* contents);
+// Opens and checks `path` under `rule`, then reads the whole file.
+StatusOr<std::string> ReadCheckedFile(const std::string& path, const FileRule& rule);
+
+// Opens and checks `path` under `rule` without reading it.
+Status CheckFile(const std::string& path, const FileRule& rule);
 
 // A mode as four octal digits ("0640").
 std::string OctalMode(mode_t mode);

@@ -20,20 +20,18 @@ std::string StripOneNewline(std::string contents) {
   return contents;
 }
 
-Status LoadPsk(const std::string& path, std::string* key) {
+StatusOr<std::string> LoadPsk(const std::string& path) {
   // Wire spec 1.1 section 5: any permission for group or others refuses
   // the key, writable as well as readable (a writer could swap the key).
-  std::string contents;
-  const FileCheck check = ReadCheckedFile(path, SecretFileRule(kMaxPskFileBytes), &contents);
-  if (!check.ok()) return Status::Invalid("psk-file: " + check.message);
-  std::string stripped = StripOneNewline(std::move(contents));
+  StatusOr<std::string> contents = ReadCheckedFile(path, SecretFileRule(kMaxPskFileBytes));
+  if (!contents.ok()) return Status::Invalid("psk-file: " + contents.status().message());
+  std::string stripped = StripOneNewline(std::move(contents).value());
   if (stripped.size() < kMinPskBytes) {
     return PskError(path, "holds a " + std::to_string(stripped.size()) + "-byte key; at least " +
                               std::to_string(kMinPskBytes) +
                               " bytes are required (after removing one trailing newline)");
   }
-  *key = std::move(stripped);
-  return Status::Ok();
+  return stripped;
 }
 
 }  // namespace kvpeer::config

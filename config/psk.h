@@ -15,6 +15,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/status_or.h"
 
 namespace kvpeer::config {
 
@@ -22,11 +23,11 @@ inline constexpr size_t kMinPskBytes = 32;
 // A guard against pointing --psk-file at the wrong (large) file.
 inline constexpr size_t kMaxPskFileBytes = 64 * 1024;
 
-// Reads and checks the key file at `path`. On success *key holds the key.
-// Failure is Status::Invalid with a message starting "psk-file: " that names
-// the path and the rule, e.g. "psk-file: '/etc/kvpeer/psk' is readable by
+// Reads and checks the key file at `path`; returns the key. Failure is
+// Status::Invalid with a message starting "psk-file: " that names the path
+// and the rule, e.g. "psk-file: '/etc/kvpeer/psk' grants permissions to
 // group or others (mode 0640); allowed: owner-only, e.g. chmod 600".
-Status LoadPsk(const std::string& path, std::string* key);
+StatusOr<std::string> LoadPsk(const std::string& path);
 
 // `contents` with one trailing "\n" or "\r\n" removed (exposed for tests).
 std::string StripOneNewline(std::string contents);

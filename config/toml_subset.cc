@@ -39,15 +39,15 @@ class Reader {
   Reader(std::string_view text, const std::set<std::string, std::less<>>& known_keys)
       : text_(text), known_keys_(known_keys) {}
 
-  Status ReadDocument(std::vector<TomlEntry>* entries) {
+  StatusOr<std::vector<TomlEntry>> ReadDocument() {
+    std::vector<TomlEntry> entries;
     for (;;) {
       SkipSpaceAndComments(/*newlines=*/true);
-      if (AtEnd()) return Status::Ok();
-      TomlEntry entry;
-      Status status = ReadEntry(&entry);
-      if (status.ok()) status = CheckKey(entry, *entries);
-      if (!status.ok()) return status;
-      entries->push_back(std::move(entry));
+      if (AtEnd()) return entries;
+      StatusOr<TomlEntry> entry = ReadEntry();
+      if (!entry.ok()) return entry.status();
+      if (Status status = CheckKey(*entry, entries); !status.ok()) return status;
+      entries.push_back(std::move(entry).value());
     }
   }
 
@@ -79,21 +79,24 @@ class Reader {
     }
   }
 
-  Status ReadEntry(TomlEntry* entry) {
+  StatusOr<TomlEntry> ReadEntry() {
     if (Peek() == '[') return Error("tables ([section]) are not supported; write every key at the top level");
-    entry->line = line_;
-    while (IsKeyChar(Peek())) entry->key.push_back(text_[pos_++]);
-    if (entry->key.empty()) return Error("expected a key (a kvpeerd flag name without the leading dashes)");
+    TomlEntry entry;
+    entry.line = line_;
+    while (IsKeyChar(Peek())) entry.key.push_back(text_[pos_++]);
+    if (entry.key.empty()) return Error("expected a key (a kvpeerd flag name without the leading dashes)");
     SkipSpaceAndComments(false);
-    if (Peek() == '.') return Error("dotted keys such as '" + entry->key + ".x' are not supported");
-    if (Peek() != '=') return Error("expected '=' after '" + entry->key + "'");
+    if (Peek() == '.') return Error("dotted keys such as '" + entry.key + ".x' are not supported");
+    if (Peek() != '=') return Error("expected '=' after '" + entry.key + "'");
     Advance();
     SkipSpaceAndComments(false);
-    Status status = ReadValue(entry);
-    if (!status.ok()) return status;
+    entry.is_array = Peek() == '[';
+    StatusOr<std::vector<std::string>> values = ReadValue(entry);
+    if (!values.ok()) return values.status();
+    entry.values = std::move(values).value();
     SkipSpaceAndComments(false);
-    if (!AtEnd() && Peek() != '\n') return Error("unexpected text after the value of '" + entry->key + "'");
-    return Status::Ok();
+    if (!AtEnd() && Peek() != '\n') return Error("unexpected text after the value of '" + entry.key + "'");
+    return entry;
   }
 
   Status CheckKey(const TomlEntry& entry, const std::vector<TomlEntry>& earlier) const {
@@ -110,110 +113,104 @@ class Reader {
     return Status::Ok();
   }
 
-  Status ReadValue(TomlEntry* entry) {
-    if (Peek() == '[') {
-      entry->is_array = true;
-      return ReadArray(entry);
-    }
-    if (Peek() == '{') return Error("inline tables are not supported (value of '" + entry->key + "')");
-    std::string value;
-    Status status = ReadScalar(entry->key, &value);
-    if (status.ok()) entry->values.push_back(std::move(value));
-    return status;
+  // The value's items: one for a scalar, any number for an array.
+  StatusOr<std::vector<std::string>> ReadValue(const TomlEntry& entry) {
+    if (Peek() == '[') return ReadArray(entry);
+    if (Peek() == '{') return Error("inline tables are not supported (value of '" + entry.key + "')");
+    StatusOr<std::string> value = ReadScalar(entry.key);
+    if (!value.ok()) return value.status();
+    return std::vector<std::string>{std::move(value).value()};
   }
 
-  Status ReadArray(TomlEntry* entry) {
+  StatusOr<std::vector<std::string>> ReadArray(const TomlEntry& entry) {
     Advance();  // '['
     // An unclosed array swallows the rest of the file; report where it began.
-    Status unclosed = ErrorAt(entry->line, "the array of '" + entry->key + "' has no closing ']'");
+    Status unclosed = ErrorAt(entry.line, "the array of '" + entry.key + "' has no closing ']'");
+    std::vector<std::string> values;
     for (;;) {
       SkipSpaceAndComments(true);
       if (AtEnd()) return unclosed;
       if (Peek() == ']') break;
-      if (Peek() == '[') return Error("nested arrays are not supported (value of '" + entry->key + "')");
-      std::string value;
-      Status status = ReadScalar(entry->key, &value);
-      if (!status.ok()) return status;
-      entry->values.push_back(std::move(value));
+      if (Peek() == '[') return Error("nested arrays are not supported (value of '" + entry.key + "')");
+      StatusOr<std::string> value = ReadScalar(entry.key);
+      if (!value.ok()) return value.status();
+      values.push_back(std::move(value).value());
       SkipSpaceAndComments(true);
       if (AtEnd()) return unclosed;
       if (Peek() == ',') {
         Advance();
       } else if (Peek() != ']') {
-        return Error("expected ',' or ']' in the array of '" + entry->key + "'");
+        return Error("expected ',' or ']' in the array of '" + entry.key + "'");
       }
     }
     Advance();  // ']'
-    return Status::Ok();
+    return values;
   }
 
-  Status ReadScalar(const std::string& key, std::string* value) {
+  StatusOr<std::string> ReadScalar(const std::string& key) {
     if (LookingAt("\"\"\"") || LookingAt("'''"))
       return Error("multi-line strings are not supported (value of '" + key + "')");
-    if (Peek() == '"') return ReadBasicString(key, value);
-    if (Peek() == '\'') return ReadLiteralString(key, value);
-    return ReadBareValue(key, value);
+    if (Peek() == '"') return ReadBasicString(key);
+    if (Peek() == '\'') return ReadLiteralString(key);
+    return ReadBareValue(key);
   }
 
-  Status ReadLiteralString(const std::string& key, std::string* value) {
+  StatusOr<std::string> ReadLiteralString(const std::string& key) {
     Advance();
-    while (!AtEnd() && Peek() != '\'' && Peek() != '\n') value->push_back(text_[pos_++]);
+    std::string value;
+    while (!AtEnd() && Peek() != '\'' && Peek() != '\n') value.push_back(text_[pos_++]);
     if (Peek() != '\'') return Error("the string value of '" + key + "' has no closing quote");
     Advance();
-    return Status::Ok();
+    return value;
   }
 
-  Status ReadBasicString(const std::string& key, std::string* value) {
+  StatusOr<std::string> ReadBasicString(const std::string& key) {
     Advance();
+    std::string value;
     while (!AtEnd() && Peek() != '"' && Peek() != '\n') {
       if (Peek() != '\\') {
-        value->push_back(text_[pos_++]);
+        value.push_back(text_[pos_++]);
         continue;
       }
-      Status status = ReadEscape(key, value);
-      if (!status.ok()) return status;
+      StatusOr<std::string> escaped = ReadEscape(key);
+      if (!escaped.ok()) return escaped.status();
+      value += *escaped;
     }
     if (Peek() != '"') return Error("the string value of '" + key + "' has no closing quote");
     Advance();
-    return Status::Ok();
+    return value;
   }
 
-  Status ReadEscape(const std::string& key, std::string* value) {
+  // The bytes one escape sequence stands for.
+  StatusOr<std::string> ReadEscape(const std::string& key) {
     ++pos_;  // '\'
     if (AtEnd() || Peek() == '\n') return Error("the string value of '" + key + "' has no closing quote");
     char c = text_[pos_++];
     switch (c) {
       case '"':
-        value->push_back('"');
-        return Status::Ok();
+        return std::string("\"");
       case '\\':
-        value->push_back('\\');
-        return Status::Ok();
+        return std::string("\\");
       case 'b':
-        value->push_back('\b');
-        return Status::Ok();
+        return std::string("\b");
       case 'f':
-        value->push_back('\f');
-        return Status::Ok();
+        return std::string("\f");
       case 'n':
-        value->push_back('\n');
-        return Status::Ok();
+        return std::string("\n");
       case 'r':
-        value->push_back('\r');
-        return Status::Ok();
+        return std::string("\r");
       case 't':
-        value->push_back('\t');
-        return Status::Ok();
+        return std::string("\t");
       case 'u':
-        return ReadUnicodeEscape(key, 4, value);
+        return ReadUnicodeEscape(key, 4);
       case 'U':
-        return ReadUnicodeEscape(key, 8, value);
+        return ReadUnicodeEscape(key, 8);
       default:
         return Error("invalid escape '\\" + std::string(1, c) + "' in the value of '" + key + "'");
     }
   }
 
-  Status ReadUnicodeEscape(const std::string& key, size_t digits, std::string* value) {
+  StatusOr<std::string> ReadUnicodeEscape(const std::string& key, size_t digits) {
     std::string_view hex = text_.substr(pos_, digits);
     uint32_t code_point = 0;
     for (char c : hex) {
@@ -224,25 +221,27 @@ class Reader {
     bool scalar = code_point < 0xd800 || (code_point > 0xdfff && code_point <= 0x10ffff);
     if (hex.size() != digits || !scalar) return Error("invalid unicode escape in the value of '" + key + "'");
     pos_ += digits;
-    AppendUtf8(code_point, value);
-    return Status::Ok();
+    std::string value;
+    AppendUtf8(code_point, &value);
+    return value;
   }
 
   // Numbers and booleans are kept as text; the option's validator decides
   // whether "30", "-1" or "1.5" is acceptable and says why not.
-  Status ReadBareValue(const std::string& key, std::string* value) {
-    while (IsBareValueChar(Peek())) value->push_back(text_[pos_++]);
-    bool is_bool = *value == "true" || *value == "false";
-    char first = value->empty() ? '\0' : (*value)[0];
+  StatusOr<std::string> ReadBareValue(const std::string& key) {
+    std::string value;
+    while (IsBareValueChar(Peek())) value.push_back(text_[pos_++]);
+    bool is_bool = value == "true" || value == "false";
+    char first = value.empty() ? '\0' : value[0];
     bool is_number = (first >= '0' && first <= '9') || first == '-' || first == '+';
     if (!is_bool && !is_number) {
       return Error("the value of '" + key + "' must be a quoted string (\"...\"), a number, true/false or an array");
     }
-    if (is_number && value->find(':') != std::string::npos) {
-      return Error("the value of '" + key + "' must be quoted (\"" + *value + "\")");
+    if (is_number && value.find(':') != std::string::npos) {
+      return Error("the value of '" + key + "' must be quoted (\"" + value + "\")");
     }
-    std::erase(*value, '_');  // TOML digit separators: 67_108_864
-    return Status::Ok();
+    std::erase(value, '_');  // TOML digit separators: 67_108_864
+    return value;
   }
 
   std::string_view text_;
@@ -253,10 +252,9 @@ class Reader {
 
 }  // namespace
 
-Status ParseTomlSubset(std::string_view text, const std::set<std::string, std::less<>>& known_keys,
-                       std::vector<TomlEntry>* entries) {
-  entries->clear();
-  return Reader(text, known_keys).ReadDocument(entries);
+StatusOr<std::vector<TomlEntry>> ParseTomlSubset(std::string_view text,
+                                                 const std::set<std::string, std::less<>>& known_keys) {
+  return Reader(text, known_keys).ReadDocument();
 }
 
 }  // namespace kvpeer::config

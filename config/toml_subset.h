@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/status_or.h"
 
 namespace kvpeer::config {
 
@@ -31,10 +32,11 @@ struct TomlEntry {
   int line = 0;  // 1-based line of the key
 };
 
-// Parses `text`. Every key must be in `known_keys` and appear once. On
-// failure returns Status::Invalid whose message starts "line N: " and says
-// what was expected, e.g. "line 4: unknown key 'lisen' (known keys: ...)".
-Status ParseTomlSubset(std::string_view text, const std::set<std::string, std::less<>>& known_keys,
-                       std::vector<TomlEntry>* entries);
+// Parses `text` into its entries, in file order. Every key must be in
+// `known_keys` and appear once. On failure returns Status::Invalid whose
+// message starts "line N: " and says what was expected, e.g. "line 4:
+// unknown key 'lisen' (known keys: ...)".
+StatusOr<std::vector<TomlEntry>> ParseTomlSubset(std::string_view text,
+                                                 const std::set<std::string, std::less<>>& known_keys);
 
 }  // namespace kvpeer::config

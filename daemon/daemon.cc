@@ -15,7 +15,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "config/cidr.h"
 #include "daemon/node/published_blocks.h"
 #include "daemon/control/control_server.h"
 #include "daemon/control/engine_registry.h"
@@ -24,6 +23,7 @@
 #include "daemon/node/node_model.h"
 #include "daemon/peer/peer_manager.h"
 #include "daemon/peer/peer_stream.h"
+#include "daemon/settings_mapping.h"
 #include "daemon/systemd_notify.h"
 #include "session/peer_disconnect_reason.h"
 
@@ -34,45 +34,6 @@ namespace {
 // How long SIGTERM waits for engines to collect the results of the drain
 // before the control socket closes anyway.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
-
-// The allow-cidr check for accepted peers; null when any address may connect.
-std::function<bool(const boost::asio::ip::address&)> MakeAllowAddress(const config::Settings& settings) {
-  if (settings.allow_cidrs.empty()) return nullptr;
-  auto allowlist = settings.allow_cidrs;
-  return [allowlist](const boost::asio::ip::address& address) {
-    auto ip = config::IpAddress::Parse(address.to_string());
-    return ip && config::AllowlistPermits(allowlist, *ip);
-  };
-}
-
-std::optional<std::string> MakePsk(const config::Settings& settings) {
-  if (settings.psk.empty()) return std::nullopt;
-  return settings.psk;
-}
-
-PeerManagerConfig MakePeerConfig(const config::Settings& settings) {
-  PeerManagerConfig peers;
-  peers.listen_host = settings.listen.host;
-  peers.listen_port = settings.listen.port;
-  peers.psk = MakePsk(settings);
-  peers.handshake_timeout = settings.handshake_timeout;
-  peers.idle_timeout = settings.idle_peer_timeout;
-  peers.load_timeout = settings.load_timeout;
-  peers.abort_ack_timeout = settings.abort_ack_timeout;
-  peers.max_peers = settings.max_peers;
-  peers.max_rounds_per_peer = settings.max_rounds_per_peer;
-  peers.round_timeout = settings.round_timeout;
-  peers.unbound_timeout = settings.unbound_timeout;
-  peers.max_round_key_bytes = settings.max_round_key_bytes;
-  peers.features = settings.features;
-  peers.max_pending_lookups = settings.max_pending_lookups;
-  peers.max_queued_bytes = settings.max_queued_bytes;
-  peers.allow_address = MakeAllowAddress(settings);
-  peers.max_handshaking = settings.max_handshaking;
-  peers.max_handshaking_per_source = settings.max_handshaking_per_source;
-  peers.reap_after = settings.peer_reap_after;
-  return peers;
-}
 
 // The one-line state systemd shows (`systemctl status`).
 std::string StatusText(const std::string& node_id, const PeerManager& peers, const EngineRegistry& engines) {
@@ -136,14 +97,9 @@ int Daemon::Run() {
   // SIGBUS sent with kill() is ignored from the start (guarded_read.h).
   InstallSigbusGuard();
   parts_ = std::make_unique<Parts>(io_, settings_);
-  if (!settings_.tls_cert.empty()) {
-    auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca});
-    if (!tls.ok()) {
-      spdlog::error("cannot set up TLS for peer connections: {}", tls.status().message());
-      return 1;
-    }
-    parts_->peers.set_tls(std::move(tls).value());
-    spdlog::info("peer connections use TLS 1.3 with mutual certificate verification (CA {})", settings_.tls_ca);
+  if (Status error = SetUpPeerTls(); !error.ok()) {
+    spdlog::error("cannot set up TLS for peer connections: {}", error.message());
+    return 1;
   }
   const StatusOr<uint16_t> port = parts_->peers.Listen();
   if (!port.ok()) {
@@ -180,11 +136,36 @@ int Daemon::Run() {
     }
   }
 
-  bool draining = false;  // from the signal on, systemd's STATUS says so
-  parts_->signals.async_wait([this, &draining](boost::system::error_code ec, int signal) {
+  WaitForTermination();
+  WaitForReload();
+  spdlog::info("kvpeerd ready: node_id={} listen={} socket={}", settings_.node_id, parts_->peers.listen_address(),
+               settings_.socket_path);
+  auto status = [this] {
+    return draining_ ? std::string("draining") : StatusText(settings_.node_id, parts_->peers, parts_->engines);
+  };
+  systemd::Ready(status());
+  if (std::optional<std::chrono::microseconds> timeout = systemd::WatchdogInterval()) {
+    boost::asio::co_spawn(io_, FeedWatchdog(parts_->watchdog_timer, *timeout / 2, status), boost::asio::detached);
+  }
+  io_.run();
+  spdlog::info("kvpeerd stopped");
+  return 0;
+}
+
+Status Daemon::SetUpPeerTls() {
+  if (settings_.tls_cert.empty()) return Status::Ok();
+  auto tls = MakeTlsContext({settings_.tls_cert, settings_.tls_key, settings_.tls_ca});
+  if (!tls.ok()) return tls.status();
+  parts_->peers.set_tls(std::move(tls).value());
+  spdlog::info("peer connections use TLS 1.3 with mutual certificate verification (CA {})", settings_.tls_ca);
+  return Status::Ok();
+}
+
+void Daemon::WaitForTermination() {
+  parts_->signals.async_wait([this](boost::system::error_code ec, int signal) {
     if (ec) return;
     spdlog::info("received signal {}: draining", signal);
-    draining = true;
+    draining_ = true;
     systemd::Stopping("draining");
     boost::system::error_code ignored;
     parts_->reload_signal.cancel(ignored);
@@ -198,20 +179,6 @@ int Daemon::Run() {
       io_.stop();
     });
   });
-
-  WaitForReload();
-  spdlog::info("kvpeerd ready: node_id={} listen={} socket={}", settings_.node_id, parts_->peers.listen_address(),
-               settings_.socket_path);
-  auto status = [this, &draining] {
-    return draining ? std::string("draining") : StatusText(settings_.node_id, parts_->peers, parts_->engines);
-  };
-  systemd::Ready(status());
-  if (std::optional<std::chrono::microseconds> timeout = systemd::WatchdogInterval()) {
-    boost::asio::co_spawn(io_, FeedWatchdog(parts_->watchdog_timer, *timeout / 2, status), boost::asio::detached);
-  }
-  io_.run();
-  spdlog::info("kvpeerd stopped");
-  return 0;
 }
 
 void Daemon::WaitForReload() {

@@ -20,6 +20,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "base/status.h"
 #include "config/settings.h"
 
 namespace kvpeer::daemon {
@@ -36,6 +37,10 @@ class Daemon {
 
  private:
   struct Parts;
+  // Gives the peers their TLS context when a certificate is configured.
+  Status SetUpPeerTls();
+  // On SIGTERM/SIGINT: drains, then stops the event loop after kDrainGrace.
+  void WaitForTermination();
   void WaitForReload();
   void Reload();
   // Pushes the live settings into the running parts.
@@ -46,6 +51,7 @@ class Daemon {
   std::vector<std::string> argv_;
   boost::asio::io_context io_;
   std::unique_ptr<Parts> parts_;
+  bool draining_ = false;  // from the termination signal on, systemd's STATUS says so
 };
 
 }  // namespace kvpeer::daemon

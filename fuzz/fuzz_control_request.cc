@@ -1,30 +1,31 @@
 // libFuzzer target: the control API's request parsing (docs/control-api.md).
 //
 // The daemon reads NDJSON lines from the control socket, parses each with
-// Boost.JSON, checks that it is an object with a string `op`, and then each
-// op reads its fields with RequestReader (daemon/api/json_request.h), which holds
-// every field rule: strings counted in characters, "host:port" peers, integer
-// ranges, lowercase hex keys, block ids, parallel arrays. This target runs
-// that path without sockets: the line splitting lives inside the socket
-// reader (ControlConnection::Split), so a local splitter with the same rule
-// (lines end at '\n', a line longer than the limit ends the stream) stands
-// in for it; the parse and every reader are the daemon's own code, read in
-// the order each op reads them. Which ops exist comes from the daemon's op
-// table (daemon/api/control_ops.h): the reads below are kept per op by hand
-// (they run inside the handlers, which need the event loop), and the first
-// input traps unless they cover exactly the table's ops, so the two cannot
-// drift apart.
+// Boost.JSON, checks that it is an object with a string `op`, and then the
+// op's parser (daemon/api/request_parsers.h) turns the object into the op's
+// validated struct; the rules of each field (strings counted in characters,
+// "host:port" peers, integer ranges, lowercase hex keys, block ids,
+// parallel arrays) and their bounds (daemon/api/request_limits.h) live
+// there. This target runs that path without sockets: the line splitting
+// lives inside the socket reader (ControlConnection::Split), so a local
+// splitter with the same rule (lines end at '\n', a line longer than the
+// limit ends the stream) stands in for it; the parse and the parsers are
+// the daemon's own code. Which ops exist comes from the daemon's op table
+// (daemon/api/control_ops.h); the first input traps unless the parsers
+// below cover exactly the table's ops, so the two cannot drift apart.
 //
 // Input: byte 0 picks how the rest is split into chunks; the rest is a
 // stream of request lines. Properties, each a __builtin_trap() on failure:
 //   * splitting the stream in chunks gives the same lines as splitting it
 //     whole;
-//   * a reader that failed reports the first failing field of the op, with
-//     exactly the status that field alone gets (later reads change nothing),
-//     and the failure is a bad_request naming that field;
+//   * a refused request is a bad_request naming one of the op's fields
+//     (or, for register_region, its path-or-fd rule); the field is the
+//     first failing one: the request cut down to that field and the ones
+//     read before it fails the same way (ops whose rules span fields after
+//     the reads, hello and register_region, are checked by name only);
 //   * an op outside the table gets the daemon's unknown_op error, and a
 //     known one its shutdown or missing-hello refusal, from the table;
-//   * what the readers accept obeys the documented rules (lengths in
+//   * what a parser accepts obeys the documented rules (lengths in
 //     characters, ranges, key sizes, list sizes, equal lengths), and keys
 //     and block ids are exactly the request's values (hex round trip);
 //   * the error the daemon would answer with (code and message, as
@@ -49,7 +50,8 @@
 #include "base/hex.h"
 #include "daemon/api/api_error.h"
 #include "daemon/api/control_ops.h"
-#include "daemon/api/json_request.h"
+#include "daemon/api/request_limits.h"
+#include "daemon/api/request_parsers.h"
 #include "fuzz/chunk_sizes.h"
 #include "protocol/codec.h"
 #include "protocol/json_fields.h"
@@ -63,17 +65,13 @@ using kvpeer::daemon::ApiErrorCode;
 using kvpeer::daemon::CheckOpAllowed;
 using kvpeer::daemon::ControlOp;
 using kvpeer::daemon::ControlOps;
-using kvpeer::daemon::RequestReader;
 using kvpeer::protocol::Key;
+namespace api = kvpeer::daemon;
 
 // The daemon allows 16 MiB per line; a small limit lets short inputs reach
 // the over-long case.
 constexpr size_t kMaxLineBytes = 512;
 constexpr size_t kMaxLines = 64;
-// The daemon's limits for fields it reads (engine_session.cc).
-constexpr uint64_t kMaxNumBlocks = uint64_t{1} << 31;
-constexpr uint64_t kMaxWaitMs = 60000;
-constexpr size_t kMaxPathChars = 4096;
 
 void Check(bool property) {
   if (!property) __builtin_trap();
@@ -122,105 +120,6 @@ class LineSplitter {
   Lines out_;
 };
 
-// ---- the ops' field reads ----------------------------------------------------
-
-// Every field any op reads.
-struct Fields {
-  std::string client, config_fingerprint, hash_seed, peer, kv_request_id;
-  uint64_t block_len = 0, num_blocks = 0;
-  int64_t job_id = 0;
-  std::optional<bool> fd, flush, seal;
-  std::optional<std::string> path;
-  std::optional<uint64_t> offset, wait_ms;
-  std::vector<Key> keys;
-  std::vector<uint64_t> block_ids;
-};
-
-using Read = void (*)(RequestReader&, Fields&);
-
-struct OpSpec {
-  std::string_view op;
-  std::vector<std::string_view> fields;  // field names, in read order
-  std::vector<Read> reads;               // one per field
-  bool same_length = false;              // block_ids pairs with keys
-};
-
-// The reads of each op, in the daemon's order (engine_registry.cc Hello,
-// engine_session.cc, control_server.cc Connect / Disconnect). Flush,
-// status and metrics read nothing.
-const std::vector<OpSpec>& Ops() {
-  using kvpeer::protocol::kMaxBlockLen;
-  using kvpeer::protocol::kMaxStringChars;
-  static const std::vector<OpSpec> ops = {
-      {"hello",
-       {"client", "block_len", "config_fingerprint", "hash_seed"},
-       {[](RequestReader& r, Fields& f) { r.String("client", 1, kMaxStringChars, &f.client); },
-        [](RequestReader& r, Fields& f) { r.Uint("block_len", kMaxBlockLen, &f.block_len); },
-        [](RequestReader& r, Fields& f) { r.String("config_fingerprint", 0, kMaxStringChars, &f.config_fingerprint); },
-        [](RequestReader& r, Fields& f) { r.IdString("hash_seed", &f.hash_seed); }}},
-      {"register_region",
-       {"fd", "path", "num_blocks", "offset"},
-       {[](RequestReader& r, Fields& f) { r.OptionalBool("fd", &f.fd); },
-        [](RequestReader& r, Fields& f) { r.OptionalString("path", 1, kMaxPathChars, &f.path); },
-        [](RequestReader& r, Fields& f) { r.Uint("num_blocks", kMaxNumBlocks, &f.num_blocks); },
-        [](RequestReader& r, Fields& f) { r.OptionalUint("offset", UINT64_MAX, &f.offset); }}},
-      {"publish",
-       {"keys", "block_ids", "seal"},
-       {[](RequestReader& r, Fields& f) { r.Keys("keys", 0, &f.keys); },
-        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 0, &f.block_ids); },
-        [](RequestReader& r, Fields& f) { r.OptionalBool("seal", &f.seal); }},
-       true},
-      {"unpublish", {"keys"}, {[](RequestReader& r, Fields& f) { r.Keys("keys", 0, &f.keys); }}},
-      {"lookup",
-       {"peer", "kv_request_id", "keys", "flush", "wait_ms"},
-       {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); },
-        [](RequestReader& r, Fields& f) { r.IdString("kv_request_id", &f.kv_request_id); },
-        [](RequestReader& r, Fields& f) { r.Keys("keys", 0, &f.keys); },
-        [](RequestReader& r, Fields& f) { r.OptionalBool("flush", &f.flush); },
-        [](RequestReader& r, Fields& f) { r.OptionalUint("wait_ms", kMaxWaitMs, &f.wait_ms); }}},
-      {"load",
-       {"job_id", "peer", "kv_request_id", "keys", "block_ids"},
-       {[](RequestReader& r, Fields& f) { r.Int("job_id", &f.job_id); },
-        [](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); },
-        [](RequestReader& r, Fields& f) { r.IdString("kv_request_id", &f.kv_request_id); },
-        [](RequestReader& r, Fields& f) { r.Keys("keys", 1, &f.keys); },
-        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 1, &f.block_ids); }},
-       true},
-      {"store",
-       {"job_id", "kv_request_id", "keys", "block_ids", "seal"},
-       {[](RequestReader& r, Fields& f) { r.Int("job_id", &f.job_id); },
-        [](RequestReader& r, Fields& f) { r.IdString("kv_request_id", &f.kv_request_id); },
-        [](RequestReader& r, Fields& f) { r.Keys("keys", 1, &f.keys); },
-        [](RequestReader& r, Fields& f) { r.BlockIds("block_ids", 1, &f.block_ids); },
-        [](RequestReader& r, Fields& f) { r.OptionalBool("seal", &f.seal); }},
-       true},
-      {"finish", {"kv_request_id"}, {[](RequestReader& r, Fields& f) {
-         r.IdString("kv_request_id", &f.kv_request_id);
-       }}},
-      {"poll", {"wait_ms"}, {[](RequestReader& r, Fields& f) { r.OptionalUint("wait_ms", kMaxWaitMs, &f.wait_ms); }}},
-      {"connect", {"peer"}, {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); }}},
-      {"disconnect", {"peer"}, {[](RequestReader& r, Fields& f) { r.Peer("peer", &f.peer); }}},
-      {"flush", {}, {}},
-      {"status", {}, {}},
-      {"metrics", {}, {}},
-  };
-  return ops;
-}
-
-const OpSpec* SpecOf(std::string_view op) {
-  const auto& ops = Ops();
-  auto spec = std::find_if(ops.begin(), ops.end(), [op](const OpSpec& s) { return s.op == op; });
-  return spec != ops.end() ? &*spec : nullptr;
-}
-
-// The reads above name exactly the op table's ops, each once.
-void CheckSpecsCoverOpTable() {
-  Check(Ops().size() == ControlOps().size());
-  for (const ControlOp& row : ControlOps()) Check(SpecOf(row.name) != nullptr);
-}
-
-bool SameStatus(const Status& a, const Status& b) { return a.code() == b.code() && a.message() == b.message(); }
-
 // ---- what accepted fields must satisfy --------------------------------------
 
 void CheckString(const json::object& request, std::string_view name, size_t min_chars, size_t max_chars,
@@ -229,6 +128,12 @@ void CheckString(const json::object& request, std::string_view name, size_t min_
   Check(std::string_view(text) == value);
   const size_t chars = CountChars(value);
   Check(chars >= min_chars && chars <= max_chars);
+}
+
+// kv_request_id, hash_seed: they go on the wire.
+void CheckIdString(const json::object& request, std::string_view name, const std::string& value) {
+  CheckString(request, name, 1, api::kMaxRequestStringChars, value);
+  Check(kvpeer::protocol::ControlCharacterProblem(value).ok());
 }
 
 void CheckPeer(const json::object& request, const std::string& peer) {
@@ -241,7 +146,7 @@ void CheckPeer(const json::object& request, const std::string& peer) {
     Check(c >= '0' && c <= '9');
     port = std::min<uint64_t>(port * 10 + static_cast<uint64_t>(c - '0'), 1000000);
   }
-  Check(port >= 1 && port <= 65535 && peer.size() <= kvpeer::protocol::kMaxStringChars);
+  Check(port >= 1 && port <= 65535 && peer.size() <= api::kMaxRequestStringChars);
 }
 
 void CheckUint(const json::value& value, uint64_t max, uint64_t got) {
@@ -252,61 +157,191 @@ void CheckUint(const json::value& value, uint64_t max, uint64_t got) {
     Check(value.is_int64() && value.get_int64() >= 0 && static_cast<uint64_t>(value.get_int64()) == got);
 }
 
-void CheckAccepted(const OpSpec& spec, const json::object& request, const Fields& f) {
-  using kvpeer::protocol::kMaxKeyBytes;
-  using kvpeer::protocol::kMaxListItems;
-  using kvpeer::protocol::kMaxStringChars;
-  const bool has_keys = std::find(spec.fields.begin(), spec.fields.end(), "keys") != spec.fields.end();
-  const bool has_ids = std::find(spec.fields.begin(), spec.fields.end(), "block_ids") != spec.fields.end();
-  const size_t min_items = spec.op == "load" || spec.op == "store" ? 1 : 0;
-  if (has_keys) {
-    const json::array& items = request.at("keys").as_array();
-    Check(f.keys.size() == items.size() && f.keys.size() >= min_items && f.keys.size() <= kMaxListItems);
-    for (size_t i = 0; i < f.keys.size(); ++i) {
-      Check(!f.keys[i].empty() && f.keys[i].size() <= kMaxKeyBytes);
-      Check(kvpeer::ToHex(f.keys[i]) == std::string_view(items[i].as_string()));
-    }
+// An optional integer: absent is `fallback`.
+void CheckOptionalUint(const json::object& request, std::string_view name, uint64_t max, uint64_t got,
+                       uint64_t fallback) {
+  if (request.contains(name))
+    CheckUint(request.at(name), max, got);
+  else
+    Check(got == fallback);
+}
+
+// An optional bool: absent is false.
+void CheckOptionalBool(const json::object& request, std::string_view name, bool got) {
+  Check(request.contains(name) ? request.at(name).as_bool() == got : !got);
+}
+
+void CheckJobId(const json::object& request, int64_t job_id) {
+  const json::value& value = request.at("job_id");
+  if (const int64_t* i = value.if_int64())
+    Check(*i == job_id);
+  else
+    Check(value.is_uint64() && static_cast<int64_t>(value.get_uint64()) == job_id && job_id >= 0);
+}
+
+void CheckKeys(const json::object& request, size_t min_items, const std::vector<Key>& keys) {
+  const json::array& items = request.at("keys").as_array();
+  Check(keys.size() == items.size() && keys.size() >= min_items && keys.size() <= api::kMaxRequestListItems);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Check(!keys[i].empty() && keys[i].size() <= api::kMaxRequestKeyBytes);
+    Check(kvpeer::ToHex(keys[i]) == std::string_view(items[i].as_string()));
   }
-  if (has_ids) {
-    const json::array& items = request.at("block_ids").as_array();
-    Check(f.block_ids.size() == items.size() && f.block_ids.size() >= min_items);
-    for (size_t i = 0; i < items.size(); ++i) CheckUint(items[i], UINT64_MAX, f.block_ids[i]);
+}
+
+// Block ids pair with keys: as many, each the request's value.
+void CheckBlockIds(const json::object& request, size_t min_items, const std::vector<uint64_t>& block_ids, size_t keys) {
+  const json::array& items = request.at("block_ids").as_array();
+  Check(block_ids.size() == items.size() && block_ids.size() >= min_items && block_ids.size() == keys);
+  for (size_t i = 0; i < items.size(); ++i) CheckUint(items[i], UINT64_MAX, block_ids[i]);
+}
+
+void CheckHello(const json::object& r, const api::HelloRequest& hello) {
+  CheckString(r, "client", 1, api::kMaxRequestStringChars, hello.client);
+  CheckUint(r.at("block_len"), api::kMaxRequestBlockLen, hello.block_len);
+  Check(hello.block_len >= 1);
+  CheckString(r, "config_fingerprint", 0, api::kMaxRequestStringChars, hello.config_fingerprint);
+  CheckIdString(r, "hash_seed", hello.hash_seed);
+}
+
+void CheckRegisterRegion(const json::object& r, const api::RegisterRegionRequest& region) {
+  CheckOptionalBool(r, "fd", region.by_fd());  // exactly one of path and fd: true
+  Check(region.path.has_value() == r.contains("path"));
+  if (region.path) CheckString(r, "path", 1, api::kMaxPathChars, *region.path);
+  CheckUint(r.at("num_blocks"), api::kMaxNumBlocks, region.num_blocks);
+  Check(region.num_blocks >= 1);
+  CheckOptionalUint(r, "offset", UINT64_MAX, region.offset, 0);
+}
+
+void CheckPublish(const json::object& r, const api::PublishRequest& publish) {
+  CheckKeys(r, 0, publish.keys);
+  CheckBlockIds(r, 0, publish.block_ids, publish.keys.size());
+  CheckOptionalBool(r, "seal", publish.seal);
+}
+
+void CheckUnpublish(const json::object& r, const api::UnpublishRequest& unpublish) { CheckKeys(r, 0, unpublish.keys); }
+
+void CheckLookup(const json::object& r, const api::LookupRequest& lookup) {
+  CheckPeer(r, lookup.peer);
+  CheckIdString(r, "kv_request_id", lookup.kv_request_id);
+  CheckKeys(r, 0, lookup.keys);
+  CheckOptionalBool(r, "flush", lookup.flush);
+  CheckOptionalUint(r, "wait_ms", api::kMaxWaitMs, lookup.wait_ms, 0);
+}
+
+void CheckLoad(const json::object& r, const api::LoadRequest& load) {
+  CheckJobId(r, load.job_id);
+  CheckPeer(r, load.peer);
+  CheckIdString(r, "kv_request_id", load.kv_request_id);
+  CheckKeys(r, 1, load.keys);
+  CheckBlockIds(r, 1, load.block_ids, load.keys.size());
+}
+
+void CheckStore(const json::object& r, const api::StoreRequest& store) {
+  CheckJobId(r, store.job_id);
+  CheckIdString(r, "kv_request_id", store.kv_request_id);
+  CheckKeys(r, 1, store.keys);
+  CheckBlockIds(r, 1, store.block_ids, store.keys.size());
+  CheckOptionalBool(r, "seal", store.seal);
+}
+
+void CheckFinish(const json::object& r, const api::FinishRequest& finish) {
+  CheckIdString(r, "kv_request_id", finish.kv_request_id);
+}
+
+void CheckPoll(const json::object& r, const api::PollRequest& poll) {
+  CheckOptionalUint(r, "wait_ms", api::kMaxWaitMs, poll.wait_ms, 0);
+}
+
+void CheckPeerRequest(const json::object& r, const api::PeerRequest& peer) { CheckPeer(r, peer.peer); }
+
+// ---- the ops' parsers --------------------------------------------------------
+
+// Parses with the daemon's parser; what it accepts is checked by `check`.
+template <auto parse, auto check>
+Status ParseAndCheck(const json::object& request) {
+  auto parsed = parse(request);
+  if (parsed.ok()) check(request, *parsed);
+  return parsed.status();
+}
+
+struct OpSpec {
+  std::string_view op;
+  std::vector<std::string_view> fields;  // in the order the parser reads them
+  Status (*parse)(const json::object&);
+  // A failure names its field, and the request cut down to the fields up
+  // to it fails the same (false: rules checked after every read).
+  bool first_failure_is_by_order = true;
+};
+
+// Flush, status and metrics read nothing.
+Status NoFields(const json::object&) { return Status::Ok(); }
+
+const std::vector<OpSpec>& Ops() {
+  static const std::vector<OpSpec> ops = {
+      {"hello",
+       {"client", "block_len", "config_fingerprint", "hash_seed"},
+       ParseAndCheck<api::ParseHello, CheckHello>,
+       false},
+      {"register_region",
+       {"fd", "path", "num_blocks", "offset"},
+       ParseAndCheck<api::ParseRegisterRegion, CheckRegisterRegion>,
+       false},
+      {"publish", {"keys", "block_ids", "seal"}, ParseAndCheck<api::ParsePublish, CheckPublish>},
+      {"unpublish", {"keys"}, ParseAndCheck<api::ParseUnpublish, CheckUnpublish>},
+      {"lookup", {"peer", "kv_request_id", "keys", "flush", "wait_ms"}, ParseAndCheck<api::ParseLookup, CheckLookup>},
+      {"load", {"job_id", "peer", "kv_request_id", "keys", "block_ids"}, ParseAndCheck<api::ParseLoad, CheckLoad>},
+      {"store", {"job_id", "kv_request_id", "keys", "block_ids", "seal"}, ParseAndCheck<api::ParseStore, CheckStore>},
+      {"finish", {"kv_request_id"}, ParseAndCheck<api::ParseFinish, CheckFinish>},
+      {"poll", {"wait_ms"}, ParseAndCheck<api::ParsePoll, CheckPoll>},
+      {"connect", {"peer"}, ParseAndCheck<api::ParsePeerRequest, CheckPeerRequest>},
+      {"disconnect", {"peer"}, ParseAndCheck<api::ParsePeerRequest, CheckPeerRequest>},
+      {"flush", {}, NoFields},
+      {"status", {}, NoFields},
+      {"metrics", {}, NoFields},
+  };
+  return ops;
+}
+
+const OpSpec* SpecOf(std::string_view op) {
+  const auto& ops = Ops();
+  auto spec = std::find_if(ops.begin(), ops.end(), [op](const OpSpec& s) { return s.op == op; });
+  return spec != ops.end() ? &*spec : nullptr;
+}
+
+// The parsers above name exactly the op table's ops, each once.
+void CheckSpecsCoverOpTable() {
+  Check(Ops().size() == ControlOps().size());
+  for (const ControlOp& row : ControlOps()) Check(SpecOf(row.name) != nullptr);
+}
+
+bool SameStatus(const Status& a, const Status& b) { return a.code() == b.code() && a.message() == b.message(); }
+
+// The index in spec.fields of the field a refusal names ("field 'keys[3]'
+// ..." names keys), if any.
+std::optional<size_t> NamedField(const OpSpec& spec, const std::string& message) {
+  constexpr std::string_view kPrefix = "field '";
+  if (message.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const size_t end = message.find_first_of("'[", kPrefix.size());
+  if (end == std::string::npos) return std::nullopt;
+  const std::string_view name = std::string_view(message).substr(kPrefix.size(), end - kPrefix.size());
+  auto found = std::find(spec.fields.begin(), spec.fields.end(), name);
+  if (found == spec.fields.end()) return std::nullopt;
+  return static_cast<size_t>(found - spec.fields.begin());
+}
+
+// A refusal names a field of the op, and is the first failure in read order.
+void CheckRefusal(const OpSpec& spec, const json::object& request, const Status& status) {
+  Check(status.code() == Status::Code::kInvalid);
+  const std::optional<size_t> named = NamedField(spec, status.message());
+  if (spec.op == "register_region" && status.message().rfind("give either 'path' or 'fd'", 0) == 0) return;
+  Check(named.has_value());
+  if (!spec.first_failure_is_by_order) return;
+  json::object cut;
+  for (size_t i = 0; i <= *named; ++i) {
+    if (const json::value* value = request.if_contains(spec.fields[i])) cut[spec.fields[i]] = *value;
   }
-  if (spec.same_length) Check(f.keys.size() == f.block_ids.size());
-  for (std::string_view field : spec.fields) {
-    if (field == "client" || field == "hash_seed") {
-      CheckString(request, field, 1, kMaxStringChars, field == "client" ? f.client : f.hash_seed);
-      if (field == "hash_seed") Check(kvpeer::protocol::ControlCharacterProblem(f.hash_seed).ok());
-    } else if (field == "config_fingerprint") {
-      CheckString(request, field, 0, kMaxStringChars, f.config_fingerprint);
-    } else if (field == "kv_request_id") {
-      CheckString(request, field, 1, 4096, f.kv_request_id);
-      Check(kvpeer::protocol::ControlCharacterProblem(f.kv_request_id).ok());  // it goes on the wire
-    } else if (field == "peer") {
-      CheckPeer(request, f.peer);
-    } else if (field == "block_len") {
-      CheckUint(request.at(field), kvpeer::protocol::kMaxBlockLen, f.block_len);
-    } else if (field == "num_blocks") {
-      CheckUint(request.at(field), kMaxNumBlocks, f.num_blocks);
-    } else if (field == "job_id") {
-      const json::value& value = request.at(field);
-      if (const int64_t* i = value.if_int64())
-        Check(*i == f.job_id);
-      else
-        Check(value.is_uint64() && static_cast<int64_t>(value.get_uint64()) == f.job_id && f.job_id >= 0);
-    } else if (field == "path") {
-      Check(f.path.has_value() == request.contains(field));
-      if (f.path) CheckString(request, field, 1, kMaxPathChars, *f.path);
-    } else if (field == "offset" || field == "wait_ms") {
-      const std::optional<uint64_t>& got = field == "offset" ? f.offset : f.wait_ms;
-      Check(got.has_value() == request.contains(field));
-      if (got) CheckUint(request.at(field), field == "offset" ? UINT64_MAX : kMaxWaitMs, *got);
-    } else if (field == "fd" || field == "flush" || field == "seal") {
-      const std::optional<bool>& got = field == "fd" ? f.fd : field == "flush" ? f.flush : f.seal;
-      Check(got.has_value() == request.contains(field));
-      if (got) Check(request.at(field).as_bool() == *got);
-    }
-  }
+  // block_ids' equal-length rule needs keys, which precede it in every op.
+  Check(SameStatus(spec.parse(cut), status));
 }
 
 // ---- requests and responses --------------------------------------------------
@@ -342,38 +377,10 @@ void HandleLine(const std::string& line) {
   CheckErrorResponse(CheckOpAllowed(*row, /*shutting_down=*/true, /*has_engine=*/false));
   const OpSpec* spec = SpecOf(row->name);
 
-  // The op's reads on one reader, as the daemon does them.
-  RequestReader reader(request);
-  Fields fields;
-  for (Read read : spec->reads) read(reader, fields);
-  if (spec->same_length) reader.SameLength("block_ids", fields.block_ids.size(), "keys", fields.keys.size());
-  Check(reader.ok() == reader.status().ok());
-
-  // Each field alone: the combined reader must report the first failure.
-  std::optional<size_t> first_failing;
-  Status first_status;
-  for (size_t i = 0; i < spec->reads.size() && !first_failing; ++i) {
-    RequestReader alone(request);
-    Fields scratch;
-    spec->reads[i](alone, scratch);
-    if (!alone.ok()) {
-      first_failing = i;
-      first_status = alone.status();
-    }
-  }
-  if (first_failing) {
-    Check(SameStatus(reader.status(), first_status));
-    Check(reader.status().code() == Status::Code::kInvalid);
-    const std::string named = "field '" + std::string(spec->fields[*first_failing]);
-    Check(reader.status().message().rfind(named, 0) == 0);
-  } else if (!reader.ok()) {
-    // Only the parallel-array rule can fail when every field passed alone.
-    Check(spec->same_length && fields.keys.size() != fields.block_ids.size());
-    Check(reader.status().message().rfind("field 'block_ids' must have as many items as 'keys'", 0) == 0);
-  } else {
-    CheckAccepted(*spec, request, fields);
-  }
-  CheckErrorResponse(reader.status());
+  const Status status = spec->parse(request);
+  Check(SameStatus(spec->parse(request), status));  // no state between calls
+  if (!status.ok()) CheckRefusal(*spec, request, status);
+  CheckErrorResponse(status);
 }
 
 using kvpeer::fuzz::ChunkSizes;

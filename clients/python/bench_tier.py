@@ -21,7 +21,8 @@ Goals: <= 2 us per key per step (steady), <= 200 us per step at rest.
 Repeated runs (fresh requests each, --runs), medians with their spread over
 the runs: the machine is shared and noisy, so single figures mislead.
 
-    KVPEER_BIN_DIR=build python3 clients/python/bench_tier.py [--runs 5] [--json]
+    KVPEER_BIN_DIR=build PYTHONPATH=tests/pylib:clients/python/tests:clients/python/tests/vllm_stub \
+        python3 clients/python/bench_tier.py [--runs 5] [--json]
 """
 
 from __future__ import annotations
@@ -31,24 +32,19 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
+from kvpeer_testing.harness import Daemon
+from kvpeer.simulator import block_content, make_keys
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext
+from vllm_driver import Engine, VllmRegion, create_tier
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE / "tests" / "vllm_stub"))
-sys.path.insert(0, str(HERE / "tests"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(HERE))
-
-from harness import Daemon  # noqa: E402
-from kvpeer.simulator import block_content, make_keys  # noqa: E402
-from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext  # noqa: E402
-from vllm_driver import Engine, VllmRegion, create_tier  # noqa: E402
 
 REQUESTS = 64
 KEYS = 512

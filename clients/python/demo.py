@@ -23,15 +23,12 @@ Exit status 0 when every block arrived intact, 1 otherwise.
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from kvpeer import Client  # noqa: E402
-from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, SimEngine, make_keys  # noqa: E402
+from kvpeer import Client
+from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, SimEngine, make_keys
 
 
 def parse_args():

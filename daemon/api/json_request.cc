@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/host_port.h"
+#include "base/status_or.h"
 #include "base/utf8.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
@@ -22,26 +23,28 @@ Status NotA(std::string_view wanted, const json::value& value) {
   return Broken("must be " + std::string(wanted) + ", not " + std::string(JsonKind(value)));
 }
 
-Status ParseUint(const json::value& value, uint64_t max, uint64_t* out) {
+StatusOr<uint64_t> ParseUint(const json::value& value, uint64_t max) {
   const std::string wanted = "an integer in 0 ..= " + std::to_string(max);
-  switch (protocol::CheckInteger(value, protocol::IntegerRule{0, max}, out)) {
+  uint64_t parsed = 0;
+  switch (protocol::CheckInteger(value, protocol::IntegerRule{0, max}, &parsed)) {
     case protocol::IntegerVerdict::kOk:
-      return Status::Ok();
+      return parsed;
     case protocol::IntegerVerdict::kNotAnInteger:
     case protocol::IntegerVerdict::kFractional:
       break;
     case protocol::IntegerVerdict::kNegative:
       return Broken("must be " + wanted + ", is " + std::to_string(value.get_int64()));
     case protocol::IntegerVerdict::kOutOfRange:
-      return Broken("must be " + wanted + ", is " + std::to_string(*out));
+      return Broken("must be " + wanted + ", is " + std::to_string(parsed));
   }
   return NotA(wanted, value);
 }
 
-Status ParseKey(const json::value& value, protocol::Key* out) {
-  switch (protocol::CheckKey(value, out).verdict) {
+StatusOr<protocol::Key> ParseKey(const json::value& value) {
+  protocol::Key key;
+  switch (protocol::CheckKey(value, &key).verdict) {
     case protocol::KeyVerdict::kOk:
-      return Status::Ok();
+      return key;
     case protocol::KeyVerdict::kNotAString:
       break;
     case protocol::KeyVerdict::kBadLength:
@@ -55,7 +58,7 @@ Status ParseKey(const json::value& value, protocol::Key* out) {
   return NotA("a string of lowercase hex digits", value);
 }
 
-Status ParsePeer(const json::value& value, std::string* out) {
+StatusOr<std::string> ParsePeer(const json::value& value) {
   const json::string* text = value.if_string();
   if (text == nullptr) return NotA("a \"host:port\" string", value);
   const std::string_view peer(*text);
@@ -63,8 +66,7 @@ Status ParsePeer(const json::value& value, std::string* out) {
   if (!address || address->port == 0 || peer.size() > protocol::kMaxStringChars) {
     return Broken("must be \"host:port\" with a port 1 ..= 65535, is '" + Utf8Prefix(peer, 256) + "'");
   }
-  out->assign(peer);
-  return Status::Ok();
+  return std::string(peer);
 }
 
 // Why a list was refused: the list as a whole (its kind or length), or the
@@ -74,24 +76,33 @@ struct ListProblem {
   std::string rule;
 };
 
+// The items, or why the list was refused.
+template <typename T>
+struct ParsedList {
+  std::vector<T> items;
+  std::optional<ListProblem> problem;
+};
+
 template <typename T, typename Parse>
-std::optional<ListProblem> ParseList(const json::value& value, size_t min_items, std::string_view item_kind,
-                                     Parse parse, std::vector<T>* out) {
+ParsedList<T> ParseList(const json::value& value, size_t min_items, std::string_view item_kind, Parse parse) {
   const json::array* items = value.if_array();
   if (items == nullptr) {
-    return ListProblem{std::nullopt, NotA("an array of " + std::string(item_kind), value).message()};
+    return {{}, ListProblem{std::nullopt, NotA("an array of " + std::string(item_kind), value).message()}};
   }
   if (items->size() < min_items || items->size() > protocol::kMaxListItems) {
-    return ListProblem{std::nullopt, "must have " + std::to_string(min_items) +
-                                         " ..= " + std::to_string(protocol::kMaxListItems) + " items, has " +
-                                         std::to_string(items->size())};
+    return {{},
+            ListProblem{std::nullopt, "must have " + std::to_string(min_items) +
+                                          " ..= " + std::to_string(protocol::kMaxListItems) + " items, has " +
+                                          std::to_string(items->size())}};
   }
-  std::vector<T> parsed(items->size());
+  ParsedList<T> parsed;
+  parsed.items.reserve(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
-    if (Status broken = parse((*items)[i], &parsed[i]); !broken.ok()) return ListProblem{i, broken.message()};
+    StatusOr<T> item = parse((*items)[i]);
+    if (!item.ok()) return {{}, ListProblem{i, item.status().message()}};
+    parsed.items.push_back(std::move(*item));
   }
-  *out = std::move(parsed);
-  return std::nullopt;
+  return parsed;
 }
 
 }  // namespace
@@ -133,105 +144,127 @@ const json::value* RequestReader::Required(std::string_view name) {
   return value;
 }
 
-void RequestReader::String(std::string_view name, size_t min_chars, size_t max_chars, std::string* out) {
+std::string RequestReader::String(std::string_view name, size_t min_chars, size_t max_chars) {
   const json::value* value = Required(name);
-  if (value == nullptr) return;
+  if (value == nullptr) return {};
   const json::string* text = value->if_string();
-  if (text == nullptr) return Fail(name, NotA("a string", *value).message());
+  if (text == nullptr) {
+    Fail(name, NotA("a string", *value).message());
+    return {};
+  }
   const size_t chars = protocol::CountCodePoints(*text);
   if (chars < min_chars || chars > max_chars) {
-    return Fail(name, "must be " + std::to_string(min_chars) + " ..= " + std::to_string(max_chars) +
-                          " characters long, has " + std::to_string(chars));
+    Fail(name, "must be " + std::to_string(min_chars) + " ..= " + std::to_string(max_chars) + " characters long, has " +
+                   std::to_string(chars));
+    return {};
   }
-  out->assign(text->data(), text->size());
+  return std::string(text->data(), text->size());
 }
 
-void RequestReader::IdString(std::string_view name, std::string* out) {
-  std::string text;
-  String(name, 1, protocol::kMaxStringChars, &text);
-  if (text.empty()) return;  // absent or of the wrong kind: already failed
-  if (Status problem = protocol::ControlCharacterProblem(text); !problem.ok()) return Fail(name, problem.message());
-  *out = std::move(text);
-}
-
-void RequestReader::Peer(std::string_view name, std::string* out) {
-  const json::value* value = Required(name);
-  if (value == nullptr) return;
-  if (Status broken = ParsePeer(*value, out); !broken.ok()) Fail(name, broken.message());
-}
-
-void RequestReader::Uint(std::string_view name, uint64_t max, uint64_t* out) {
-  const json::value* value = Required(name);
-  if (value == nullptr) return;
-  uint64_t parsed = 0;
-  if (Status broken = ParseUint(*value, max, &parsed); !broken.ok()) return Fail(name, broken.message());
-  *out = parsed;
-}
-
-void RequestReader::Int(std::string_view name, int64_t* out) {
-  const json::value* value = Required(name);
-  if (value == nullptr) return;
-  if (const int64_t* i = value->if_int64()) {
-    *out = *i;
-  } else if (const uint64_t* u = value->if_uint64();
-             u != nullptr && *u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    *out = static_cast<int64_t>(*u);
-  } else {
-    Fail(name, value->is_uint64() ? "must be an integer that fits int64" : NotA("an integer", *value).message());
+std::string RequestReader::IdString(std::string_view name) {
+  std::string text = String(name, 1, protocol::kMaxStringChars);
+  if (text.empty()) return {};  // absent or of the wrong kind: already failed
+  if (Status problem = protocol::ControlCharacterProblem(text); !problem.ok()) {
+    Fail(name, problem.message());
+    return {};
   }
+  return text;
 }
 
-void RequestReader::Bool(std::string_view name, bool* out) {
+std::string RequestReader::Peer(std::string_view name) {
   const json::value* value = Required(name);
-  if (value == nullptr) return;
-  if (!value->is_bool()) return Fail(name, NotA("true or false", *value).message());
-  *out = value->get_bool();
+  if (value == nullptr) return {};
+  StatusOr<std::string> peer = ParsePeer(*value);
+  if (!peer.ok()) {
+    Fail(name, peer.status().message());
+    return {};
+  }
+  return std::move(*peer);
 }
 
-void RequestReader::Keys(std::string_view name, size_t min_items, std::vector<protocol::Key>* out) {
+uint64_t RequestReader::Uint(std::string_view name, uint64_t max) {
   const json::value* value = Required(name);
-  if (value == nullptr) return;
-  if (std::optional<ListProblem> problem = ParseList(*value, min_items, "lowercase hex strings", ParseKey, out)) {
-    if (!problem->item) return Fail(name, problem->rule);
+  if (value == nullptr) return 0;
+  StatusOr<uint64_t> parsed = ParseUint(*value, max);
+  if (!parsed.ok()) {
+    Fail(name, parsed.status().message());
+    return 0;
+  }
+  return *parsed;
+}
+
+int64_t RequestReader::Int(std::string_view name) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return 0;
+  if (const int64_t* i = value->if_int64()) return *i;
+  if (const uint64_t* u = value->if_uint64();
+      u != nullptr && *u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return static_cast<int64_t>(*u);
+  }
+  Fail(name, value->is_uint64() ? "must be an integer that fits int64" : NotA("an integer", *value).message());
+  return 0;
+}
+
+bool RequestReader::Bool(std::string_view name) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return false;
+  if (!value->is_bool()) {
+    Fail(name, NotA("true or false", *value).message());
+    return false;
+  }
+  return value->get_bool();
+}
+
+std::vector<protocol::Key> RequestReader::Keys(std::string_view name, size_t min_items) {
+  const json::value* value = Required(name);
+  if (value == nullptr) return {};
+  ParsedList<protocol::Key> parsed = ParseList<protocol::Key>(*value, min_items, "lowercase hex strings", ParseKey);
+  if (const std::optional<ListProblem>& problem = parsed.problem) {
+    if (!problem->item) {
+      Fail(name, problem->rule);
+      return {};
+    }
     Fail(std::string(name) + "[" + std::to_string(*problem->item) + "]", problem->rule);
+    return {};
   }
+  return std::move(parsed.items);
 }
 
-void RequestReader::BlockIds(std::string_view name, size_t min_items, std::vector<uint64_t>* out) {
+std::vector<uint64_t> RequestReader::BlockIds(std::string_view name, size_t min_items) {
   const json::value* value = Required(name);
-  if (value == nullptr) return;
-  auto parse = [](const json::value& item, uint64_t* id) {
-    return ParseUint(item, std::numeric_limits<uint64_t>::max(), id);
-  };
-  if (std::optional<ListProblem> problem = ParseList(*value, min_items, "integers", parse, out)) {
-    if (!problem->item) return Fail(name, problem->rule);
+  if (value == nullptr) return {};
+  auto parse = [](const json::value& item) { return ParseUint(item, std::numeric_limits<uint64_t>::max()); };
+  ParsedList<uint64_t> parsed = ParseList<uint64_t>(*value, min_items, "integers", parse);
+  if (const std::optional<ListProblem>& problem = parsed.problem) {
+    if (!problem->item) {
+      Fail(name, problem->rule);
+      return {};
+    }
     const json::value& item = value->get_array()[*problem->item];
     // The engine reads one sentence about the list rather than the item's own rule.
     Fail(name, "must be an array of non-negative integers; item " + std::to_string(*problem->item) + " is " +
                    std::string(JsonKind(item)) + (item.is_int64() ? " below 0" : ""));
+    return {};
   }
+  return std::move(parsed.items);
 }
 
-void RequestReader::OptionalUint(std::string_view name, uint64_t max, std::optional<uint64_t>* out) {
-  if (Present(name) == nullptr) return;
-  uint64_t parsed = 0;
-  Uint(name, max, &parsed);
-  if (status_.ok()) *out = parsed;
+std::optional<uint64_t> RequestReader::OptionalUint(std::string_view name, uint64_t max) {
+  if (Present(name) == nullptr) return std::nullopt;
+  const uint64_t parsed = Uint(name, max);
+  return status_.ok() ? std::optional<uint64_t>(parsed) : std::nullopt;
 }
 
-void RequestReader::OptionalBool(std::string_view name, std::optional<bool>* out) {
-  if (Present(name) == nullptr) return;
-  bool parsed = false;
-  Bool(name, &parsed);
-  if (status_.ok()) *out = parsed;
+std::optional<bool> RequestReader::OptionalBool(std::string_view name) {
+  if (Present(name) == nullptr) return std::nullopt;
+  const bool parsed = Bool(name);
+  return status_.ok() ? std::optional<bool>(parsed) : std::nullopt;
 }
 
-void RequestReader::OptionalString(std::string_view name, size_t min_chars, size_t max_chars,
-                                   std::optional<std::string>* out) {
-  if (Present(name) == nullptr) return;
-  std::string parsed;
-  String(name, min_chars, max_chars, &parsed);
-  if (status_.ok()) *out = std::move(parsed);
+std::optional<std::string> RequestReader::OptionalString(std::string_view name, size_t min_chars, size_t max_chars) {
+  if (Present(name) == nullptr) return std::nullopt;
+  std::string parsed = String(name, min_chars, max_chars);
+  return status_.ok() ? std::optional<std::string>(std::move(parsed)) : std::nullopt;
 }
 
 void RequestReader::SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size) {

@@ -1,15 +1,16 @@
 // RequestReader: typed, rule-checking readers for the fields of one control
 // API request (docs/control-api.md).
 //
-// Every op reads its fields with these calls. The rules shared with the wire
-// (string length in characters, integer ranges, hex keys) are checked by
-// protocol/json_fields.h; this reader words their failures as the control
-// API's messages. The reader keeps the first failure and ignores later calls,
-// so an op reads straight through and checks status() once; the failure is
-// a bad_request whose message names the field, what was found and what is
-// allowed ("field 'block_ids' must be an array of integers, not a string").
-// Ranges that depend on state (block ids against the region) are checked by
-// the op, since they answer out_of_range.
+// Every op's parser (daemon/api/control_requests.h) reads its fields with
+// these calls. The rules shared with the wire (string length in characters,
+// integer ranges, hex keys) are checked by protocol/json_fields.h; this
+// reader words their failures as the control API's messages. The reader
+// keeps the first failure and ignores later calls, so a parser reads straight
+// through and checks status() once; the failure is a bad_request whose
+// message names the field, what was found and what is allowed ("field
+// 'block_ids' must be an array of integers, not a string"). Ranges that
+// depend on state (block ids against the region) are checked by the op,
+// since they answer out_of_range.
 //
 // Thread-safety: a RequestReader belongs to one request.
 #pragma once
@@ -44,30 +45,33 @@ class RequestReader {
   RequestReader(const RequestReader&) = delete;
   RequestReader& operator=(const RequestReader&) = delete;
 
+  // Each read returns the field's value, or an empty value once this or an
+  // earlier read failed (status() then says why).
+
   // A string of min_chars ..= max_chars Unicode characters.
-  void String(std::string_view name, size_t min_chars, size_t max_chars, std::string* out);
+  std::string String(std::string_view name, size_t min_chars, size_t max_chars);
   // kv_request_id and the like: 1 ..= 4096 characters (the wire's rule).
   // kv_request_id, hash_seed: they go on the wire, whose rule forbids
   // control characters (protocol::ControlCharacterProblem).
-  void IdString(std::string_view name, std::string* out);
+  std::string IdString(std::string_view name);
   // "host:port" with a non-empty host and a port 1 ..= 65535.
-  void Peer(std::string_view name, std::string* out);
+  std::string Peer(std::string_view name);
   // A non-negative integer ..= max.
-  void Uint(std::string_view name, uint64_t max, uint64_t* out);
+  uint64_t Uint(std::string_view name, uint64_t max);
   // Any integer that fits int64 (engine job ids).
-  void Int(std::string_view name, int64_t* out);
-  void Bool(std::string_view name, bool* out);
+  int64_t Int(std::string_view name);
+  bool Bool(std::string_view name);
   // Keys: an array of min_items ..= 65536 lowercase hex strings of 1 ..=
   // 4096 bytes each, returned as raw bytes.
-  void Keys(std::string_view name, size_t min_items, std::vector<protocol::Key>* out);
+  std::vector<protocol::Key> Keys(std::string_view name, size_t min_items);
   // Block ids: an array of min_items ..= 65536 non-negative integers. The
   // region's bound is checked by the caller (out_of_range).
-  void BlockIds(std::string_view name, size_t min_items, std::vector<uint64_t>* out);
+  std::vector<uint64_t> BlockIds(std::string_view name, size_t min_items);
 
-  // Optional variants: an absent field leaves *out untouched.
-  void OptionalUint(std::string_view name, uint64_t max, std::optional<uint64_t>* out);
-  void OptionalBool(std::string_view name, std::optional<bool>* out);
-  void OptionalString(std::string_view name, size_t min_chars, size_t max_chars, std::optional<std::string>* out);
+  // Optional variants: an absent field is nullopt.
+  std::optional<uint64_t> OptionalUint(std::string_view name, uint64_t max);
+  std::optional<bool> OptionalBool(std::string_view name);
+  std::optional<std::string> OptionalString(std::string_view name, size_t min_chars, size_t max_chars);
 
   // Fails unless two parallel arrays have the same length.
   void SameLength(std::string_view name, size_t size, std::string_view other, size_t other_size);

@@ -69,8 +69,8 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
       if (ec || closed_) break;
       may_have_input_ = true;
     }
-    std::shared_ptr<ReceivedDescriptors> descriptors;
-    const ssize_t received = Receive(buffer.data(), buffer.size(), &descriptors);
+    const Received read = Receive(buffer.data(), buffer.size());  // errno is still recvmsg's after it
+    const ssize_t received = read.bytes;
     if (received < 0 && WouldBlock(errno)) {
       if (errno != EINTR) may_have_input_ = false;
       continue;
@@ -78,7 +78,7 @@ asio::awaitable<void> ControlConnection::ReadLoop(std::shared_ptr<ControlConnect
     if (received <= 0) break;  // end of input, or a reset connection
     // A short read took everything there was: wait before the next one.
     may_have_input_ = static_cast<size_t>(received) == buffer.size();
-    if (!Split(buffer.data(), static_cast<size_t>(received), descriptors)) {
+    if (!Split(buffer.data(), static_cast<size_t>(received), read.descriptors)) {
       too_large_ = true;
       break;
     }
@@ -100,7 +100,7 @@ UniqueFd ControlLine::TakeDescriptor() {
   return std::move(descriptors->fds[descriptors->taken++]);
 }
 
-ssize_t ControlConnection::Receive(char* buffer, size_t size, std::shared_ptr<ReceivedDescriptors>* descriptors) {
+ControlConnection::Received ControlConnection::Receive(char* buffer, size_t size) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerReceive)];
   iovec iov{buffer, size};
   msghdr message{};
@@ -108,8 +108,9 @@ ssize_t ControlConnection::Receive(char* buffer, size_t size, std::shared_ptr<Re
   message.msg_iovlen = 1;
   message.msg_control = control;
   message.msg_controllen = sizeof(control);
-  const ssize_t received = ::recvmsg(socket_.native_handle(), &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (received < 0) return received;
+  Received received;
+  received.bytes = ::recvmsg(socket_.native_handle(), &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (received.bytes < 0) return received;
   for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
     if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -117,8 +118,9 @@ ssize_t ControlConnection::Receive(char* buffer, size_t size, std::shared_ptr<Re
       int fd = -1;
       std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
       UniqueFd owned(fd);  // closed here unless a line may take it
-      if (!*descriptors) *descriptors = std::make_shared<ReceivedDescriptors>();
-      if ((*descriptors)->fds.size() < kMaxFdsPerRead) (*descriptors)->fds.push_back(std::move(owned));
+      std::shared_ptr<ReceivedDescriptors>& descriptors = received.descriptors;
+      if (!descriptors) descriptors = std::make_shared<ReceivedDescriptors>();
+      if (descriptors->fds.size() < kMaxFdsPerRead) descriptors->fds.push_back(std::move(owned));
     }
   }
   return received;

@@ -140,10 +140,13 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
  private:
   // Each coroutine holds `self`, which keeps the connection alive.
   boost::asio::awaitable<void> ReadLoop(std::shared_ptr<ControlConnection> self);
-  // One recvmsg. Returns bytes read (0 = end of input), or -1 with errno.
-  // One recvmsg; descriptors that came with it go to *descriptors (null
-  // when none did).
-  ssize_t Receive(char* buffer, size_t size, std::shared_ptr<ReceivedDescriptors>* descriptors);
+  // What one recvmsg gave: bytes read (0 = end of input, -1 with errno set
+  // on failure) and the descriptors that came with them (null when none did).
+  struct Received {
+    ssize_t bytes = 0;
+    std::shared_ptr<ReceivedDescriptors> descriptors;
+  };
+  Received Receive(char* buffer, size_t size);
   // Splits `size` new bytes of one read into lines, giving `descriptors`
   // (when not null) to every line the read carried a part of. False when a
   // line is too long.

@@ -27,7 +27,9 @@
 #include "daemon/control/engine_session.h"
 #include "daemon/api/json_answer.h"
 #include "daemon/api/json_request.h"
+#include "daemon/api/request_parsers.h"
 #include "daemon/control/metrics_text.h"
+#include "daemon/control/op_answers_json.h"
 #include "daemon/control/peer_status_json.h"
 
 namespace kvpeer::daemon {
@@ -349,10 +351,9 @@ Status ControlServer::Metrics(OpCall& call) {
 }
 
 asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
-  RequestReader reader(call.request);
-  std::string peer;
-  reader.Peer("peer", &peer);
-  if (!reader.ok()) co_return reader.status();
+  StatusOr<PeerRequest> request = ParsePeerRequest(call.request);
+  if (!request.ok()) co_return request.status();
+  const std::string& peer = request->peer;
   PeerService* peers = engines_.peer_service();
   if (peers == nullptr) co_return Status::Internal("the peer side of the daemon is not running");
   // Shared with the callback, which may run after this request is gone.
@@ -376,13 +377,11 @@ asio::awaitable<Status> ControlServer::Connect(OpCall& call) {
 }
 
 Status ControlServer::Disconnect(OpCall& call) {
-  RequestReader reader(call.request);
-  std::string peer;
-  reader.Peer("peer", &peer);
-  if (!reader.ok()) return reader.status();
+  StatusOr<PeerRequest> request = ParsePeerRequest(call.request);
+  if (!request.ok()) return request.status();
   PeerService* peers = engines_.peer_service();
   if (peers == nullptr) return Status::Internal("the peer side of the daemon is not running");
-  return peers->Disconnect(peer);
+  return peers->Disconnect(request->peer);
 }
 
 Status ControlServer::Hello(OpCall& call) {
@@ -391,7 +390,6 @@ Status ControlServer::Hello(OpCall& call) {
     return Status::Conflict("this connection already said hello (engine '" + call.engine->client() +
                             "'); one hello per engine session");
   }
-  std::shared_ptr<EngineSession> session;
   // Only a publisher (or an operator) may fix model settings the config
   // left unset: otherwise any socket user's first hello could set, e.g.,
   // block_len 1 and lock out the real engines (issue 25, finding 5).
@@ -399,49 +397,131 @@ Status ControlServer::Hello(OpCall& call) {
   const Status may_fix = options_.access.Holds(caller, Privilege::kOperator)
                              ? Status::Ok()
                              : options_.access.Check(caller, Privilege::kPublisher, "fixing them");
-  Status status = engines_.Hello(call.request, caller, &session, call.response, may_fix);
-  if (status.ok()) connection.set_engine(std::move(session));
-  return status;
+  StatusOr<HelloRequest> request = ParseHello(call.request);
+  if (!request.ok()) return request.status();
+  StatusOr<std::shared_ptr<EngineSession>> session = engines_.Hello(*request, caller, may_fix);
+  if (!session.ok()) return session.status();
+  connection.set_engine(std::move(*session));
+  (*call.response)["node_id"] = engines_.node_id();
+  (*call.response)["version"] = kVersion;
+  (*call.response)["wire_version"] = kWireVersion;
+  return Status::Ok();
 }
 
 // The engine ops below need a hello: CheckOpAllowed has seen call.engine set.
+// Each parses its request (request_parsers.h), has the engine session act on
+// it and puts the answer into the response's fields.
 Status ControlServer::RegisterRegion(OpCall& call) {
-  UniqueFd fd = call.line.TakeDescriptor();
-  return call.engine->RegisterRegion(call.request, std::move(fd), call.response);
+  UniqueFd fd = call.line.TakeDescriptor();  // closed here unless mapped
+  StatusOr<RegisterRegionRequest> request = ParseRegisterRegion(call.request);
+  if (!request.ok()) return request.status();
+  StatusOr<EngineSession::RegionAnswer> region = call.engine->RegisterRegion(*request, std::move(fd));
+  if (!region.ok()) return region.status();
+  (*call.response)["region_id"] = region->region_id;
+  (*call.response)["bytes"] = region->bytes;
+  return Status::Ok();
 }
 
-Status ControlServer::Publish(OpCall& call) { return call.engine->Publish(call.request, call.response); }
+Status ControlServer::Publish(OpCall& call) {
+  StatusOr<PublishRequest> request = ParsePublish(call.request);
+  if (!request.ok()) return request.status();
+  StatusOr<size_t> published = call.engine->Publish(*request);
+  if (!published.ok()) return published.status();
+  (*call.response)["published"] = *published;
+  return Status::Ok();
+}
 
 asio::awaitable<Status> ControlServer::PublishSealed(OpCall& call) {
-  asio::awaitable<Status> publishing = call.engine->PublishSealed(call.request, call.response);
-  co_return co_await std::move(publishing);  // call.engine keeps the session alive while it hashes
+  StatusOr<PublishRequest> request = ParsePublish(call.request);
+  if (!request.ok()) co_return request.status();
+  asio::awaitable<StatusOr<size_t>> publishing = call.engine->PublishSealed(std::move(*request));
+  StatusOr<size_t> published = co_await std::move(publishing);  // call.engine keeps the session alive
+  if (!published.ok()) co_return published.status();
+  (*call.response)["published"] = *published;
+  co_return Status::Ok();
 }
-Status ControlServer::Unpublish(OpCall& call) { return call.engine->Unpublish(call.request, call.response); }
+
+Status ControlServer::Unpublish(OpCall& call) {
+  StatusOr<UnpublishRequest> request = ParseUnpublish(call.request);
+  if (!request.ok()) return request.status();
+  AddUnpublishResult(call.engine->Unpublish(*request), call.response);
+  return Status::Ok();
+}
 
 Status ControlServer::Lookup(OpCall& call) {
-  return call.engine->LookupNow(call.request, call.response, &call.must_wait);
+  StatusOr<LookupRequest> request = ParseLookup(call.request);
+  if (!request.ok()) return request.status();
+  StatusOr<std::optional<EngineSession::ProbeAnswers>> answers = call.engine->LookupNow(*request);
+  if (!answers.ok()) return answers.status();
+  if (!answers->has_value()) {
+    call.must_wait = true;  // LookupWaiting goes on from this pass
+    return Status::Ok();
+  }
+  AddProbeAnswers(**answers, call.response);
+  return Status::Ok();
 }
 
 asio::awaitable<Status> ControlServer::LookupWaiting(OpCall& call) {
-  asio::awaitable<Status> looking = call.engine->Lookup(call.request, call.response);
-  co_return co_await std::move(looking);  // call.engine keeps the session alive while it waits
+  StatusOr<LookupRequest> request = ParseLookup(call.request);
+  if (!request.ok()) co_return request.status();
+  asio::awaitable<StatusOr<EngineSession::ProbeAnswers>> looking = call.engine->Lookup(std::move(*request));
+  StatusOr<EngineSession::ProbeAnswers> answers = co_await std::move(looking);  // call.engine keeps the session
+  if (!answers.ok()) co_return answers.status();
+  AddProbeAnswers(*answers, call.response);
+  co_return Status::Ok();
 }
 
-Status ControlServer::Flush(OpCall& call) { return call.engine->Flush(call.request, call.response); }
-Status ControlServer::Load(OpCall& call) { return call.engine->Load(call.request, call.response); }
-Status ControlServer::Store(OpCall& call) { return call.engine->Store(call.request, call.response); }
+Status ControlServer::Flush(OpCall& call) {
+  StatusOr<size_t> sent = call.engine->Flush();
+  if (!sent.ok()) return sent.status();
+  (*call.response)["sent"] = *sent;
+  return Status::Ok();
+}
+
+Status ControlServer::Load(OpCall& call) {
+  StatusOr<LoadRequest> request = ParseLoad(call.request);
+  if (!request.ok()) return request.status();
+  return call.engine->Load(std::move(*request));
+}
+
+Status ControlServer::Store(OpCall& call) {
+  StatusOr<StoreRequest> request = ParseStore(call.request);
+  if (!request.ok()) return request.status();
+  return call.engine->Store(std::move(*request));
+}
 
 asio::awaitable<Status> ControlServer::StoreSealed(OpCall& call) {
-  asio::awaitable<Status> storing = call.engine->StoreSealed(call.request, call.response);
+  StatusOr<StoreRequest> request = ParseStore(call.request);
+  if (!request.ok()) co_return request.status();
+  asio::awaitable<Status> storing = call.engine->StoreSealed(std::move(*request));
   co_return co_await std::move(storing);  // call.engine keeps the session alive while it hashes
 }
-Status ControlServer::Finish(OpCall& call) { return call.engine->Finish(call.request, call.response); }
 
-Status ControlServer::Poll(OpCall& call) { return call.engine->PollNow(call.request, call.response, &call.must_wait); }
+Status ControlServer::Finish(OpCall& call) {
+  StatusOr<FinishRequest> request = ParseFinish(call.request);
+  if (!request.ok()) return request.status();
+  return call.engine->Finish(*request);
+}
+
+Status ControlServer::Poll(OpCall& call) {
+  StatusOr<PollRequest> request = ParsePoll(call.request);
+  if (!request.ok()) return request.status();
+  std::optional<PollReport> report = call.engine->PollNow(*request);
+  if (!report) {
+    call.must_wait = true;  // nothing to report yet: PollWaiting waits
+    return Status::Ok();
+  }
+  AddPollReport(*report, call.response);
+  return Status::Ok();
+}
 
 asio::awaitable<Status> ControlServer::PollWaiting(OpCall& call) {
-  asio::awaitable<Status> polling = call.engine->Poll(call.request, call.response);
-  co_return co_await std::move(polling);  // call.engine keeps the session alive while it waits
+  StatusOr<PollRequest> request = ParsePoll(call.request);
+  if (!request.ok()) co_return request.status();
+  asio::awaitable<PollReport> polling = call.engine->Poll(*request);
+  const PollReport report = co_await std::move(polling);  // call.engine keeps the session alive while it waits
+  AddPollReport(report, call.response);
+  co_return Status::Ok();
 }
 
 json::object ControlServer::StatusFields() const {
@@ -457,7 +537,7 @@ json::object ControlServer::StatusFields() const {
   PeerService* peers = engines_.peer_service();
   status["handshaking"] = peers != nullptr ? peers->Handshaking() : 0;
   status["peers"] = peers != nullptr ? PeersStatusJson(peers->PeerSnapshots()) : json::array();
-  status["engines"] = engines_.EnginesStatus();
+  status["engines"] = EnginesStatusJson(engines_.EnginesStatus());
   json::object counters;
   for (const auto& [name, value] : engines_.counters().ByName()) counters[name] = value;
   status["counters"] = std::move(counters);

@@ -1,10 +1,9 @@
 #include "daemon/control/engine_jobs.h"
 
-#include <boost/json/array.hpp>
+#include <utility>
 
 namespace kvpeer::daemon {
 
-namespace json = boost::json;
 using protocol::SlotIndex;
 
 Status EngineJobs::CheckJobIdFree(int64_t job_id) const {
@@ -98,31 +97,22 @@ void EngineJobs::OnReleased(SlotIndex slot) {
   on_ready_();
 }
 
-void EngineJobs::TakeReport(json::object* response) {
-  // Built in the response's own memory, so moving them in copies nothing.
-  const json::storage_ptr& memory = response->storage();
-  json::array results(memory);
+PollReport EngineJobs::TakeReport() {
+  PollReport report;
+  report.results.reserve(ready_.size());
   for (int64_t job_id : ready_) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) continue;
-    const session::JobResult& result = it->second.result;
-    json::object entry(memory);
-    entry["job_id"] = job_id;
-    entry["kv_request_id"] = result.kv_request_id;
-    entry["success"] = result.success;
-    if (!result.success || !result.reason.empty()) entry["reason"] = result.reason;
-    results.push_back(std::move(entry));
+    report.results.push_back({job_id, std::move(it->second.result)});
     jobs_.erase(it);  // delivered: the job id is free again
   }
   ready_.clear();
-  json::array failed(failed_requests_.begin(), failed_requests_.end(), memory);
-  json::array released(released_.begin(), released_.end(), memory);
-  (*response)["results"] = std::move(results);
-  (*response)["failed_requests"] = std::move(failed);
-  (*response)["released"] = std::move(released);
+  report.failed_requests = std::move(failed_requests_);
+  report.released = std::move(released_);
   failed_requests_.clear();
   failed_set_.clear();
   released_.clear();
+  return report;
 }
 
 std::vector<session::JobId> EngineJobs::NodeJobs() const {

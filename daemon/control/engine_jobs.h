@@ -21,13 +21,22 @@
 #include <unordered_map>
 #include <vector>
 
-#include <boost/json/object.hpp>
-
 #include "daemon/api/api_error.h"
 #include "protocol/messages.h"
 #include "session/session_types.h"
 
 namespace kvpeer::daemon {
+
+// What one `poll` reports (docs/control-api.md, "`poll` and long polls").
+struct PollReport {
+  struct Done {
+    int64_t job_id = 0;  // the engine's own
+    session::JobResult result;
+  };
+  std::vector<Done> results;
+  std::vector<std::string> failed_requests;
+  std::vector<protocol::SlotIndex> released;
+};
 
 class EngineJobs {
  public:
@@ -53,9 +62,8 @@ class EngineJobs {
   void OnReleased(protocol::SlotIndex slot);
 
   bool HasReport() const { return !ready_.empty() || !failed_requests_.empty() || !released_.empty(); }
-  // Moves everything ready into `results`, `failed_requests` and `released`
-  // of *response; delivered jobs are forgotten.
-  void TakeReport(boost::json::object* response);
+  // Everything ready; delivered jobs are forgotten.
+  PollReport TakeReport();
 
   // Node job ids of every job not delivered yet.
   std::vector<session::JobId> NodeJobs() const;

@@ -2,15 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "config/version.h"
 #include "daemon/control/engine_session.h"
-#include "daemon/api/json_request.h"
 #include "daemon/metrics/reason_labels.h"
 #include "protocol/limits.h"
 
 namespace kvpeer::daemon {
-
-namespace json = boost::json;
 
 EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel& model, NodePublishedBlocks& index,
                                std::string node_id)
@@ -18,21 +14,11 @@ EngineRegistry::EngineRegistry(boost::asio::any_io_executor executor, NodeModel&
 
 EngineRegistry::~EngineRegistry() = default;
 
-Status EngineRegistry::Hello(const json::object& request, const PeerCredentials& credentials,
-                             std::shared_ptr<EngineSession>* session, json::object* response,
-                             const Status& may_fix_model) {
-  RequestReader reader(request);
-  std::string client;
-  ModelSettings settings;
-  reader.String("client", 1, protocol::kMaxStringChars, &client);
-  reader.Uint("block_len", protocol::kMaxBlockLen, &settings.block_len);
-  reader.String("config_fingerprint", 0, protocol::kMaxStringChars, &settings.config_fingerprint);
-  reader.IdString("hash_seed", &settings.hash_seed);
-  if (!reader.ok()) return reader.status();
-  if (settings.block_len == 0) {
-    return Status::Invalid("field 'block_len' must be an integer in 1 ..= " + std::to_string(protocol::kMaxBlockLen) +
-                           ", is 0");
-  }
+StatusOr<std::shared_ptr<EngineSession>> EngineRegistry::Hello(const HelloRequest& request,
+                                                               const PeerCredentials& credentials,
+                                                               const Status& may_fix_model) {
+  const std::string& client = request.client;
+  const ModelSettings settings{request.block_len, request.config_fingerprint, request.hash_seed};
   if (Status incompatible = model_.CheckOrAdopt(settings, may_fix_model); !incompatible.ok()) return incompatible;
   if (max_engines_ != 0 && engines_.size() >= max_engines_) {
     // conflict: the request is valid but the node's state refuses it; it
@@ -46,14 +32,11 @@ Status EngineRegistry::Hello(const json::object& request, const PeerCredentials&
   }
 
   const EngineId id = next_engine_++;
-  *session = std::make_shared<EngineSession>(*this, id, client, settings.block_len, credentials);
-  engines_[id] = session->get();
+  auto session = std::make_shared<EngineSession>(*this, id, client, settings.block_len, credentials);
+  engines_[id] = session.get();
   counters_.Add(Counter::kEnginesAdmitted);
   spdlog::info("engine '{}' (pid {}) said hello as engine {}", client, credentials.pid, id);
-  (*response)["node_id"] = node_id_;
-  (*response)["version"] = kVersion;
-  (*response)["wire_version"] = kWireVersion;
-  return Status::Ok();
+  return session;
 }
 
 session::JobId EngineRegistry::AddRoute(EngineId engine, int64_t engine_job) {
@@ -64,21 +47,19 @@ session::JobId EngineRegistry::AddRoute(EngineId engine, int64_t engine_job) {
 
 void EngineRegistry::DropRoute(session::JobId job) { routes_.erase(job); }
 
-EngineSession* EngineRegistry::TakeRoute(session::JobId job, int64_t* engine_job) {
+EngineRegistry::RouteEnd EngineRegistry::TakeRoute(session::JobId job) {
   auto route = routes_.find(job);
-  if (route == routes_.end()) return nullptr;
-  *engine_job = route->second.engine_job;
-  const EngineId engine = route->second.engine;
+  if (route == routes_.end()) return {};
+  const Route taken = route->second;
   routes_.erase(route);
-  auto session = engines_.find(engine);
-  return session == engines_.end() ? nullptr : session->second;
+  auto session = engines_.find(taken.engine);
+  return {session == engines_.end() ? nullptr : session->second, taken.engine_job};
 }
 
 void EngineRegistry::OnLoadResult(const session::JobResult& result) {
   counters_.Add(result.success ? Counter::kLoadResultsSucceeded : Counter::kLoadResultsFailed);
-  int64_t engine_job = 0;
-  if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
-    session->OnLoadResult(engine_job, result);
+  if (const RouteEnd end = TakeRoute(result.job_id); end.session != nullptr) {
+    end.session->OnLoadResult(end.engine_job, result);
   } else {
     counters_.Add(Counter::kResultsDropped);
   }
@@ -91,9 +72,8 @@ void EngineRegistry::OnStoreResult(const session::JobResult& result) {
     spdlog::info("store (node job {}) of kv_request_id {} failed: {}", result.job_id, result.kv_request_id,
                  result.reason);
   }
-  int64_t engine_job = 0;
-  if (EngineSession* session = TakeRoute(result.job_id, &engine_job)) {
-    session->OnStoreResult(engine_job, result);
+  if (const RouteEnd end = TakeRoute(result.job_id); end.session != nullptr) {
+    end.session->OnStoreResult(end.engine_job, result);
   } else {
     counters_.Add(Counter::kResultsDropped);
   }
@@ -142,7 +122,7 @@ void EngineRegistry::ReleaseSupply(const std::string& kv_request_id, EngineId en
   if (owner != supply_owners_.end() && owner->second == engine) supply_owners_.erase(owner);
 }
 
-Status EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge) {
+StatusOr<std::shared_ptr<const void>> EngineRegistry::ChargeRegion(uint64_t bytes) {
   const uint64_t mapped = *region_bytes_;
   if (max_region_bytes_ != 0 && (bytes > max_region_bytes_ || mapped > max_region_bytes_ - bytes)) {
     const std::string why = "max-region-bytes (" + std::to_string(max_region_bytes_) +
@@ -154,8 +134,7 @@ Status EngineRegistry::ChargeRegion(uint64_t bytes, std::shared_ptr<const void>*
   }
   *region_bytes_ += bytes;
   std::shared_ptr<uint64_t> total = region_bytes_;
-  *charge = std::shared_ptr<const void>(nullptr, [total, bytes](const void*) { *total -= bytes; });
-  return Status::Ok();
+  return std::shared_ptr<const void>(nullptr, [total, bytes](const void*) { *total -= bytes; });
 }
 
 Status EngineRegistry::RefuseLimit(Counter counter, const std::string& op, std::string why) {
@@ -174,16 +153,12 @@ EngineRegistry::Totals EngineRegistry::EngineTotals() const {
   return totals;
 }
 
-json::array EngineRegistry::EnginesStatus() const {
-  json::array engines;
+std::vector<EngineRegistry::EngineStatus> EngineRegistry::EnginesStatus() const {
+  std::vector<EngineStatus> engines;
+  engines.reserve(engines_.size());
   for (const auto& [id, session] : engines_) {
-    json::object engine;
-    engine["client"] = session->client();
-    engine["pid"] = session->credentials().pid;
-    engine["num_blocks"] = session->num_blocks();
-    engine["published"] = index_.published(id);
-    engine["loads_in_flight"] = session->loads_in_flight();
-    engines.push_back(std::move(engine));
+    engines.push_back({session->client(), session->credentials().pid, session->num_blocks(), index_.published(id),
+                       session->loads_in_flight()});
   }
   return engines;
 }

@@ -22,10 +22,10 @@
 #include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
 
+#include "base/status_or.h"
 #include "daemon/api/api_error.h"
+#include "daemon/api/control_requests.h"
 #include "daemon/node/published_blocks.h"
 #include "daemon/metrics/counters.h"
 #include "daemon/metrics/limit_reporter.h"
@@ -84,13 +84,12 @@ class EngineRegistry : public ResultSink {
   const EngineLimits& engine_limits() const { return engine_limits_; }
 
   // The `hello` op: checks the engine's settings against the node's and
-  // opens its session. On success *session is set and *response holds
-  // node_id, version and wire_version. `may_fix_model` not ok: this caller
-  // may not fix model settings the node's config left unset
-  // (NodeModel::CheckOrAdopt).
-  Status Hello(const boost::json::object& request, const PeerCredentials& credentials,
-               std::shared_ptr<EngineSession>* session, boost::json::object* response,
-               const Status& may_fix_model = Status::Ok());
+  // opens its session. `may_fix_model` not ok: this caller may not fix
+  // model settings the node's config left unset (NodeModel::CheckOrAdopt).
+  StatusOr<std::shared_ptr<EngineSession>> Hello(const HelloRequest& request, const PeerCredentials& credentials,
+                                                 const Status& may_fix_model = Status::Ok());
+  // This node's name on the wire (hello's `node_id`).
+  const std::string& node_id() const { return node_id_; }
 
   // ResultSink.
   void OnLoadResult(const session::JobResult& result) override;
@@ -98,8 +97,15 @@ class EngineRegistry : public ResultSink {
   void OnRequestFailed(const std::string& peer, const std::string& kv_request_id) override;
   void OnProbesChanged(const std::string& peer, bool ended) override;
 
-  // status.engines: one object per engine session.
-  boost::json::array EnginesStatus() const;
+  // status.engines: one row per engine session, oldest first.
+  struct EngineStatus {
+    std::string client;
+    int32_t pid = 0;
+    uint32_t num_blocks = 0;
+    size_t published = 0;
+    size_t loads_in_flight = 0;
+  };
+  std::vector<EngineStatus> EnginesStatus() const;
   size_t engine_count() const { return engines_.size(); }
   // Sums over the engine sessions, for the metrics.
   struct Totals {
@@ -129,10 +135,10 @@ class EngineRegistry : public ResultSink {
   // Only `engine`'s claim is released.
   void ReleaseSupply(const std::string& kv_request_id, EngineId engine);
   // Reserves `bytes` of --max-region-bytes for one region: conflict naming
-  // the limit when it does not fit. On success *charge holds the bytes
-  // until it is destroyed (the region holds it, so a region still mapped
-  // for a transfer after its engine left still counts).
-  Status ChargeRegion(uint64_t bytes, std::shared_ptr<const void>* charge);
+  // the limit when it does not fit. The charge holds the bytes until it is
+  // destroyed (the region holds it, so a region still mapped for a transfer
+  // after its engine left still counts).
+  StatusOr<std::shared_ptr<const void>> ChargeRegion(uint64_t bytes);
   // Bytes of engine regions mapped now.
   uint64_t region_bytes() const { return *region_bytes_; }
   // Counts and logs a hit of a limit counter; conflict with `why`.
@@ -147,8 +153,13 @@ class EngineRegistry : public ResultSink {
     EngineId engine;
     int64_t engine_job;
   };
-  // The session owed `job`'s result, or nullptr (route consumed either way).
-  EngineSession* TakeRoute(session::JobId job, int64_t* engine_job);
+  // The session owed `job`'s result (nullptr if none) and its job id there;
+  // the route is consumed either way.
+  struct RouteEnd {
+    EngineSession* session = nullptr;
+    int64_t engine_job = 0;
+  };
+  RouteEnd TakeRoute(session::JobId job);
 
   boost::asio::any_io_executor executor_;
   NodeModel& model_;

@@ -9,41 +9,20 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
-#include "daemon/api/json_request.h"
-
 namespace kvpeer::daemon {
 
-namespace json = boost::json;
 using protocol::SlotIndex;
 
 namespace {
 
-constexpr uint64_t kMaxNumBlocks = uint64_t{1} << 31;
-constexpr uint64_t kMaxWaitMs = 60000;
-constexpr size_t kMaxPathChars = 4096;
-
 Status PeerSideMissing() { return Status::Internal("the peer side of the daemon is not running"); }
 
-const char* AnswerName(session::ProbeAnswer answer) {
-  switch (answer) {
-    case session::ProbeAnswer::kHit:
-      return "hit";
-    case session::ProbeAnswer::kMiss:
-      return "miss";
-    case session::ProbeAnswer::kRetry:
-      return "retry";
-  }
-  return "retry";
-}
-
-bool HasRetry(const std::vector<session::ProbeAnswer>& answers) {
+bool HasRetry(const EngineSession::ProbeAnswers& answers) {
   for (session::ProbeAnswer answer : answers) {
     if (answer == session::ProbeAnswer::kRetry) return true;
   }
   return false;
 }
-
-json::array ToArray(const std::vector<SlotIndex>& items) { return json::array(items.begin(), items.end()); }
 
 }  // namespace
 
@@ -76,24 +55,9 @@ EngineSession::EngineSession(EngineRegistry& registry, EngineId id, std::string 
 
 EngineSession::~EngineSession() { Close(); }
 
-Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, json::object* response) {
-  RequestReader reader(request);
-  std::optional<bool> by_fd;
-  std::optional<std::string> path;
-  std::optional<uint64_t> offset;
-  uint64_t num_blocks = 0;
-  reader.OptionalBool("fd", &by_fd);
-  reader.OptionalString("path", 1, kMaxPathChars, &path);
-  reader.Uint("num_blocks", kMaxNumBlocks, &num_blocks);
-  reader.OptionalUint("offset", std::numeric_limits<uint64_t>::max(), &offset);
-  if (!reader.ok()) return reader.status();
-  const bool use_fd = by_fd.value_or(false);
-  if (use_fd == path.has_value()) {
-    return Status::Invalid(use_fd ? "give either 'path' or 'fd': true, not both"
-                                  : "field 'path' is required (or 'fd': true with the descriptor "
-                                    "passed with this line via SCM_RIGHTS)");
-  }
-  if (num_blocks == 0) return Status::Invalid("field 'num_blocks' must be at least 1, is 0");
+StatusOr<EngineSession::RegionAnswer> EngineSession::RegisterRegion(const RegisterRegionRequest& request, UniqueFd fd) {
+  const bool use_fd = request.by_fd();
+  const uint64_t num_blocks = request.num_blocks;
   if (use_fd && !fd.valid()) {
     return Status::Invalid(
         "'fd': true but no file descriptor came with this line (send it with "
@@ -103,14 +67,16 @@ Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, j
     return Status::Conflict("a region (region_id " + std::to_string(region_id_) +
                             ") is already registered; one region per engine session");
   }
-  const RegionShape shape{num_blocks, block_len_, offset.value_or(0)};
+  const RegionShape shape{num_blocks, block_len_, request.offset};
   // The mapped size counts against --max-region-bytes, checked before
   // anything is opened: a sparse file costs no disk but its whole size in
   // address space. (An overflowing size is refused by the mapping below.)
   std::shared_ptr<const void> charge;
   uint64_t bytes = 0;
   if (!__builtin_mul_overflow(num_blocks, block_len_, &bytes)) {
-    if (Status full = registry_.ChargeRegion(bytes, &charge); !full.ok()) return full;
+    StatusOr<std::shared_ptr<const void>> charged = registry_.ChargeRegion(bytes);
+    if (!charged.ok()) return charged.status();
+    charge = std::move(*charged);
   }
   std::shared_ptr<ShmRegion> region;
   Status mapped;
@@ -120,7 +86,7 @@ Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, j
     // The file must be the engine's own (SO_PEERCRED uid): the daemon may
     // run with more rights than the engine and must not serve files the
     // engine could not read itself.
-    mapped = ShmRegion::MapPath(*path, shape, credentials_.uid, &region);
+    mapped = ShmRegion::MapPath(*request.path, shape, credentials_.uid, &region);
   }
   if (!mapped.ok()) return mapped;
   region->Hold(std::move(charge));
@@ -132,10 +98,8 @@ Status EngineSession::RegisterRegion(const json::object& request, UniqueFd fd, j
     if (auto session = weak.lock(); session && !session->closed_) session->jobs_.OnReleased(slot);
   });
   spdlog::info("engine {} '{}' registered {} blocks of {} bytes ({})", id_, client_, num_blocks, block_len_,
-               use_fd ? "passed descriptor" : *path);
-  (*response)["region_id"] = region_id_;
-  (*response)["bytes"] = region_->bytes();
-  return Status::Ok();
+               use_fd ? "passed descriptor" : *request.path);
+  return RegionAnswer{region_id_, region_->bytes()};
 }
 
 Status EngineSession::CheckRegion(std::string_view op) const {
@@ -143,17 +107,19 @@ Status EngineSession::CheckRegion(std::string_view op) const {
   return Status::NoRegion(std::string(op) + " needs a region: send register_region first");
 }
 
-Status EngineSession::CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<SlotIndex>* slots) const {
-  slots->clear();
-  slots->reserve(block_ids.size());
+StatusOr<std::vector<SlotIndex>> EngineSession::Slots(std::string_view op,
+                                                      const std::vector<uint64_t>& block_ids) const {
+  if (Status bad = CheckRegion(op); !bad.ok()) return bad;
+  std::vector<SlotIndex> slots;
+  slots.reserve(block_ids.size());
   for (size_t i = 0; i < block_ids.size(); ++i) {
     if (block_ids[i] >= region_->num_blocks()) {
       return Status::OutOfRange("block_ids[" + std::to_string(i) + "] is " + std::to_string(block_ids[i]) +
                                 ", not below the region's num_blocks " + std::to_string(region_->num_blocks()));
     }
-    slots->push_back(static_cast<SlotIndex>(block_ids[i]));
+    slots.push_back(static_cast<SlotIndex>(block_ids[i]));
   }
-  return Status::Ok();
+  return slots;
 }
 
 Status EngineSession::CheckKvFree(const std::string& peer, const std::string& kv_request_id) const {
@@ -203,44 +169,30 @@ void EngineSession::CloseRequest(const std::string& kv_request_id) {
   if (kv_ids_.erase(kv_request_id) > 0) open_request_bytes_ -= RequestCost(kv_request_id);
 }
 
-Status EngineSession::ReadPublish(const json::object& request, PublishRequest* publish) const {
-  RequestReader reader(request);
-  std::vector<uint64_t> block_ids;
-  reader.Keys("keys", 0, &publish->keys);
-  reader.BlockIds("block_ids", 0, &block_ids);
-  std::optional<bool> seal;
-  reader.OptionalBool("seal", &seal);
-  reader.SameLength("block_ids", block_ids.size(), "keys", publish->keys.size());
-  if (!reader.ok()) return reader.status();
-  publish->seal = seal.value_or(false);
-  if (Status bad = CheckRegion("publish"); !bad.ok()) return bad;
-  return CheckBlockIds(block_ids, &publish->slots);
+StatusOr<size_t> EngineSession::Publish(const PublishRequest& request) {
+  StatusOr<std::vector<SlotIndex>> slots = Slots("publish", request.block_ids);
+  if (!slots.ok()) return slots.status();
+  if (request.seal) return Status::Internal("a sealed publish must take the hashing path");
+  if (Status refused = registry_.index().Publish(id_, request.keys, *slots); !refused.ok()) return refused;
+  return request.keys.size();
 }
 
-Status EngineSession::Publish(const json::object& request, json::object* response) {
-  PublishRequest publish;
-  if (Status bad = ReadPublish(request, &publish); !bad.ok()) return bad;
-  if (publish.seal) return Status::Internal("a sealed publish must take the hashing path");
-  if (Status refused = registry_.index().Publish(id_, publish.keys, publish.slots); !refused.ok()) return refused;
-  (*response)["published"] = publish.keys.size();
-  return Status::Ok();
-}
-
-boost::asio::awaitable<Status> EngineSession::PublishSealed(const json::object& request, json::object* response) {
-  PublishRequest publish;
-  if (Status bad = ReadPublish(request, &publish); !bad.ok()) co_return bad;
-  SlotSeals seals;
-  if (publish.seal) {
-    if (Status failed = co_await HashSeals("publish", publish.slots, &seals); !failed.ok()) co_return failed;
+boost::asio::awaitable<StatusOr<size_t>> EngineSession::PublishSealed(PublishRequest request) {
+  StatusOr<std::vector<SlotIndex>> slots = Slots("publish", request.block_ids);
+  if (!slots.ok()) co_return slots.status();
+  std::optional<SlotSeals> seals;
+  if (request.seal) {
+    StatusOr<SlotSeals> hashed = co_await HashSeals("publish", *slots);
+    if (!hashed.ok()) co_return hashed.status();
+    seals = std::move(*hashed);
   }
-  Status refused = registry_.index().Publish(id_, publish.keys, publish.slots, publish.seal ? &seals : nullptr);
+  Status refused = registry_.index().Publish(id_, request.keys, *slots, seals ? &*seals : nullptr);
   if (!refused.ok()) co_return refused;
-  (*response)["published"] = publish.keys.size();
-  co_return Status::Ok();
+  co_return request.keys.size();
 }
 
-boost::asio::awaitable<Status> EngineSession::HashSeals(std::string_view op, const std::vector<SlotIndex>& slots,
-                                                        SlotSeals* seals) {
+boost::asio::awaitable<StatusOr<SlotSeals>> EngineSession::HashSeals(std::string_view op,
+                                                                     const std::vector<SlotIndex>& slots) {
   // Each slot once, however often the request names it.
   std::vector<SlotIndex> distinct(slots);
   std::sort(distinct.begin(), distinct.end());
@@ -255,81 +207,47 @@ boost::asio::awaitable<Status> EngineSession::HashSeals(std::string_view op, con
                                         " bytes; seal fewer blocks per request");
   }
   std::shared_ptr<ShmRegion> region = region_;
-  *seals = co_await registry_.seal_hasher().Hash(std::move(region), std::move(distinct));
+  SlotSeals seals = co_await registry_.seal_hasher().Hash(std::move(region), std::move(distinct));
   registry_.counters().Add(Counter::kSealBytesHashed, bytes);
   // The engine may have gone, or (being sequential on its connection) done
   // nothing else meanwhile.
   if (closed_) co_return Status::Unavailable("the engine session closed while its blocks were hashed");
-  co_return Status::Ok();
+  co_return seals;
 }
 
-Status EngineSession::Unpublish(const json::object& request, json::object* response) {
-  RequestReader reader(request);
-  std::vector<protocol::Key> keys;
-  reader.Keys("keys", 0, &keys);
-  if (!reader.ok()) return reader.status();
-  UnpublishResult result = registry_.index().Unpublish(id_, keys);
-  (*response)["released"] = ToArray(result.released);
-  (*response)["pinned"] = ToArray(result.pinned);
-  return Status::Ok();
+UnpublishResult EngineSession::Unpublish(const UnpublishRequest& request) {
+  return registry_.index().Unpublish(id_, request.keys);
 }
 
-Status EngineSession::ReadLookup(const json::object& request, LookupArgs* args) const {
-  RequestReader reader(request);
-  std::optional<bool> flush;
-  std::optional<uint64_t> wait_ms;
-  reader.Peer("peer", &args->peer);
-  reader.IdString("kv_request_id", &args->kv_request_id);
-  reader.Keys("keys", 0, &args->keys);
-  reader.OptionalBool("flush", &flush);
-  reader.OptionalUint("wait_ms", kMaxWaitMs, &wait_ms);
-  args->flush = flush.value_or(false);
-  args->wait_ms = wait_ms.value_or(0);
-  return reader.status();
-}
-
-boost::asio::awaitable<Status> EngineSession::Lookup(const json::object& request, json::object* response) {
-  LookupArgs args;
-  if (Status bad = ReadLookup(request, &args); !bad.ok()) co_return bad;
-  std::vector<session::ProbeAnswer> answers;
+boost::asio::awaitable<StatusOr<EngineSession::ProbeAnswers>> EngineSession::Lookup(LookupRequest request) {
+  ProbeAnswers answers;
   if (first_pass_) {
     answers = std::move(*first_pass_);  // LookupNow's pass of this very request
     first_pass_.reset();
-  } else if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) {
+  } else {
     // control-api.md, the `lookup` row: with wait_ms the probe is sent at once.
-    co_return failed;
+    StatusOr<ProbeAnswers> pass = Probe(request, request.flush || request.wait_ms > 0);
+    if (!pass.ok()) co_return pass.status();
+    answers = std::move(*pass);
   }
-  if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
-    if (Status failed = co_await AwaitAnswers(args, &answers); !failed.ok()) co_return failed;
+  if (request.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
+    co_return co_await AwaitAnswers(request, std::move(answers));
   }
-  AddResults(answers, response);
-  co_return Status::Ok();
+  co_return answers;
 }
 
-Status EngineSession::LookupNow(const json::object& request, json::object* response, bool* must_wait) {
+StatusOr<std::optional<EngineSession::ProbeAnswers>> EngineSession::LookupNow(const LookupRequest& request) {
   first_pass_.reset();  // never another request's
-  LookupArgs args;
-  if (Status bad = ReadLookup(request, &args); !bad.ok()) return bad;
-  std::vector<session::ProbeAnswer> answers;
-  if (Status failed = Probe(args, args.flush || args.wait_ms > 0, &answers); !failed.ok()) return failed;
-  if (args.wait_ms > 0 && HasRetry(answers) && !waits_cut_) {
-    *must_wait = true;  // Lookup goes on from this pass and waits
-    first_pass_ = std::move(answers);
-    return Status::Ok();
+  StatusOr<ProbeAnswers> answers = Probe(request, request.flush || request.wait_ms > 0);
+  if (!answers.ok()) return answers.status();
+  if (request.wait_ms > 0 && HasRetry(*answers) && !waits_cut_) {
+    first_pass_ = std::move(*answers);  // Lookup goes on from this pass and waits
+    return std::optional<ProbeAnswers>();
   }
-  AddResults(answers, response);
-  return Status::Ok();
+  return std::optional<ProbeAnswers>(std::move(*answers));
 }
 
-void EngineSession::AddResults(const std::vector<session::ProbeAnswer>& answers, json::object* response) {
-  // Built in the response's own memory (the connection's parse memory).
-  json::array results(response->storage());
-  results.reserve(answers.size());
-  for (session::ProbeAnswer answer : answers) results.emplace_back(AnswerName(answer));
-  (*response)["results"] = std::move(results);
-}
-
-Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers) {
+StatusOr<EngineSession::ProbeAnswers> EngineSession::Probe(const LookupRequest& args, bool flush) {
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
   if (Status busy = CheckKvFree(args.peer, args.kv_request_id); !busy.ok()) return busy;
@@ -338,65 +256,58 @@ Status EngineSession::Probe(const LookupArgs& args, bool flush, std::vector<sess
   // Claimed before the call, undone if it fails: a failure the peer side
   // reports later (through its outbox, after this op) finds the claim.
   const bool claimed = Claim(args.peer, args.kv_request_id);
-  answers->clear();  // a re-probe replaces the answers of the last pass
-  if (Status failed = peers->Lookup(args.peer, args.kv_request_id, args.keys, flush, answers); !failed.ok()) {
+  ProbeAnswers answers;
+  if (Status failed = peers->Lookup(args.peer, args.kv_request_id, args.keys, flush, &answers); !failed.ok()) {
     if (claimed) Unclaim(args.peer, args.kv_request_id);
     return failed;
   }
   OpenRequest(args.kv_request_id);
-  if (answers->size() != args.keys.size()) {
-    return Status::Internal("the peer side answered " + std::to_string(answers->size()) + " of " +
+  if (answers.size() != args.keys.size()) {
+    return Status::Internal("the peer side answered " + std::to_string(answers.size()) + " of " +
                             std::to_string(args.keys.size()) + " probes");
   }
-  return Status::Ok();
+  return answers;
 }
 
 // Each event re-asks the peer side exactly as the engine's next plain
 // lookup would; the wait ends once nothing is retry, on time-out, or when
 // the peer's session or the request ended (then that one answer stands:
 // miss or retry per the wire spec's section 1, or the shutdown error).
-boost::asio::awaitable<Status> EngineSession::AwaitAnswers(const LookupArgs& args,
-                                                           std::vector<session::ProbeAnswer>* answers) {
-  lookup_wait_.Begin(args.peer, args.kv_request_id,
-                     std::chrono::steady_clock::now() + std::chrono::milliseconds(args.wait_ms));
+boost::asio::awaitable<StatusOr<EngineSession::ProbeAnswers>> EngineSession::AwaitAnswers(const LookupRequest& request,
+                                                                                          ProbeAnswers answers) {
+  lookup_wait_.Begin(request.peer, request.kv_request_id,
+                     std::chrono::steady_clock::now() + std::chrono::milliseconds(request.wait_ms));
   Status status;
   for (;;) {
     const LookupWait::Wake wake = co_await lookup_wait_.Next();
     if (wake == LookupWait::Wake::kCut || closed_) break;  // the answers so far stand
-    status = Probe(args, false, answers);
-    if (!status.ok() || wake != LookupWait::Wake::kAnswers || !HasRetry(*answers)) break;
+    StatusOr<ProbeAnswers> pass = Probe(request, false);
+    if (!pass.ok()) {
+      status = pass.status();
+      break;
+    }
+    answers = std::move(*pass);
+    if (wake != LookupWait::Wake::kAnswers || !HasRetry(answers)) break;
   }
   lookup_wait_.End();
-  co_return status;
+  if (!status.ok()) co_return status;
+  co_return answers;
 }
 
-Status EngineSession::Flush(const json::object&, json::object* response) {
+StatusOr<size_t> EngineSession::Flush() {
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
-  (*response)["sent"] = peers->FlushLookups();
-  return Status::Ok();
+  return peers->FlushLookups();
 }
 
-// The fields load and store share, checked in one order for both: field
-// types first, then the region, the slots and the job id.
-Status EngineSession::ReadJob(const json::object& request, std::string_view op, std::string* peer,
-                              JobRequest* job) const {
-  RequestReader reader(request);
-  std::vector<uint64_t> block_ids;
-  reader.Int("job_id", &job->job_id);
-  if (peer != nullptr) reader.Peer("peer", peer);
-  reader.IdString("kv_request_id", &job->kv_request_id);
-  reader.Keys("keys", 1, &job->keys);
-  reader.BlockIds("block_ids", 1, &block_ids);
-  std::optional<bool> seal;
-  if (peer == nullptr) reader.OptionalBool("seal", &seal);  // store only (control-api.md section 2)
-  job->seal = seal.value_or(false);
-  reader.SameLength("block_ids", block_ids.size(), "keys", job->keys.size());
-  if (!reader.ok()) return reader.status();
+// What load and store check after their fields, in one order for both.
+StatusOr<std::vector<SlotIndex>> EngineSession::CheckJob(std::string_view op, int64_t job_id,
+                                                         const std::vector<uint64_t>& block_ids) const {
   if (Peers() == nullptr) return PeerSideMissing();
-  if (Status bad = CheckRegion(op); !bad.ok()) return bad;
-  if (Status bad = CheckBlockIds(block_ids, &job->slots); !bad.ok()) return bad;
-  return jobs_.CheckJobIdFree(job->job_id);
+  StatusOr<std::vector<SlotIndex>> slots = Slots(op, block_ids);
+  if (!slots.ok()) return slots;
+  if (Status taken = jobs_.CheckJobIdFree(job_id); !taken.ok()) return taken;
+  return slots;
 }
 
 // docs/control-api.md section 2 ("conflict"): a pinned slot is being read,
@@ -415,15 +326,14 @@ Status EngineSession::CheckSlotsUnpinned(const std::vector<SlotIndex>& slots) co
   return Status::Ok();
 }
 
-Status EngineSession::Load(const json::object& request, json::object*) {
-  JobRequest job;
-  std::string peer;
-  if (Status bad = ReadJob(request, "load", &peer, &job); !bad.ok()) return bad;
+Status EngineSession::Load(LoadRequest request) {
+  StatusOr<std::vector<SlotIndex>> checked = CheckJob("load", request.job_id, request.block_ids);
+  if (!checked.ok()) return checked.status();
   PeerService* peers = Peers();
-  const int64_t job_id = job.job_id;
-  const std::string& kv_request_id = job.kv_request_id;
-  std::vector<protocol::Key>& keys = job.keys;
-  std::vector<SlotIndex>& slots = job.slots;
+  const int64_t job_id = request.job_id;
+  const std::string& peer = request.peer;
+  const std::string& kv_request_id = request.kv_request_id;
+  std::vector<SlotIndex>& slots = *checked;
   if (Status busy = jobs_.CheckLoadSlots(slots); !busy.ok()) return busy;
   if (Status busy = CheckSlotsUnpinned(slots); !busy.ok()) return busy;
   if (Status busy = CheckKvFree(peer, kv_request_id); !busy.ok()) return busy;
@@ -435,7 +345,8 @@ Status EngineSession::Load(const json::object& request, json::object*) {
   const session::JobId node_job = registry_.AddRoute(id_, job_id);
   jobs_.AddLoad(job_id, node_job, kv_request_id, slots);
   const bool claimed = Claim(peer, kv_request_id);
-  Status failed = peers->Load(node_job, peer, kv_request_id, std::move(keys), std::move(slots), MakeSlotSink(region_));
+  Status failed =
+      peers->Load(node_job, peer, kv_request_id, std::move(request.keys), std::move(slots), MakeSlotSink(region_));
   if (!failed.ok()) {
     // No result is owed: undo everything this request did.
     registry_.DropRoute(node_job);
@@ -448,28 +359,30 @@ Status EngineSession::Load(const json::object& request, json::object*) {
   return Status::Ok();
 }
 
-Status EngineSession::Store(const json::object& request, json::object*) {
-  JobRequest job;
-  if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) return bad;
-  if (job.seal) return Status::Internal("a sealed store must take the hashing path");
-  return StartStore(job, nullptr);
+Status EngineSession::Store(StoreRequest request) {
+  StatusOr<std::vector<SlotIndex>> slots = CheckJob("store", request.job_id, request.block_ids);
+  if (!slots.ok()) return slots.status();
+  if (request.seal) return Status::Internal("a sealed store must take the hashing path");
+  return StartStore(request, *slots, nullptr);
 }
 
-boost::asio::awaitable<Status> EngineSession::StoreSealed(const json::object& request, json::object*) {
-  JobRequest job;
-  if (Status bad = ReadJob(request, "store", nullptr, &job); !bad.ok()) co_return bad;
-  SlotSeals seals;
-  if (job.seal) {
+boost::asio::awaitable<Status> EngineSession::StoreSealed(StoreRequest request) {
+  StatusOr<std::vector<SlotIndex>> slots = CheckJob("store", request.job_id, request.block_ids);
+  if (!slots.ok()) co_return slots.status();
+  std::optional<SlotSeals> seals;
+  if (request.seal) {
     // The checks that need no hashing come first, so a refused store costs
     // nothing; StartStore makes them again after (cheap, and exact).
-    if (Status busy = CheckSupplyFree(job.kv_request_id); !busy.ok()) co_return busy;
-    if (Status full = CheckRequestRoom(job.kv_request_id, nullptr); !full.ok()) co_return full;
-    if (Status failed = co_await HashSeals("store", job.slots, &seals); !failed.ok()) co_return failed;
+    if (Status busy = CheckSupplyFree(request.kv_request_id); !busy.ok()) co_return busy;
+    if (Status full = CheckRequestRoom(request.kv_request_id, nullptr); !full.ok()) co_return full;
+    StatusOr<SlotSeals> hashed = co_await HashSeals("store", *slots);
+    if (!hashed.ok()) co_return hashed.status();
+    seals = std::move(*hashed);
     // Nothing of this engine ran meanwhile (its requests are answered in
     // order), but a job id may have been delivered: checked again.
-    if (Status taken = jobs_.CheckJobIdFree(job.job_id); !taken.ok()) co_return taken;
+    if (Status taken = jobs_.CheckJobIdFree(request.job_id); !taken.ok()) co_return taken;
   }
-  co_return StartStore(job, job.seal ? &seals : nullptr);
+  co_return StartStore(request, *slots, seals ? &*seals : nullptr);
 }
 
 Status EngineSession::CheckSupplyFree(const std::string& kv_request_id) const {
@@ -479,13 +392,11 @@ Status EngineSession::CheckSupplyFree(const std::string& kv_request_id) const {
                           "' has supply from another engine of this node; a request's supply is its engine's");
 }
 
-Status EngineSession::StartStore(JobRequest& job, const SlotSeals* seals) {
+Status EngineSession::StartStore(StoreRequest& request, const std::vector<SlotIndex>& slots, const SlotSeals* seals) {
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
-  const int64_t job_id = job.job_id;
-  const std::string& kv_request_id = job.kv_request_id;
-  std::vector<protocol::Key>& keys = job.keys;
-  const std::vector<SlotIndex>& slots = job.slots;
+  const int64_t job_id = request.job_id;
+  const std::string& kv_request_id = request.kv_request_id;
   if (Status busy = CheckSupplyFree(kv_request_id); !busy.ok()) return busy;
   if (Status full = CheckRequestRoom(kv_request_id, nullptr); !full.ok()) return full;
 
@@ -503,15 +414,12 @@ Status EngineSession::StartStore(JobRequest& job, const SlotSeals* seals) {
     }
   }  // from here on only the pins hold the guard
   registry_.counters().Add(Counter::kStoresSubmitted);
-  peers->Store(node_job, kv_request_id, std::move(keys), std::move(pins));
+  peers->Store(node_job, kv_request_id, std::move(request.keys), std::move(pins));
   return Status::Ok();
 }
 
-Status EngineSession::Finish(const json::object& request, json::object*) {
-  RequestReader reader(request);
-  std::string kv_request_id;
-  reader.IdString("kv_request_id", &kv_request_id);
-  if (!reader.ok()) return reader.status();
+Status EngineSession::Finish(const FinishRequest& request) {
+  const std::string& kv_request_id = request.kv_request_id;
   PeerService* peers = Peers();
   if (peers == nullptr) return PeerSideMissing();
   FinishOnPeers(*peers, kv_request_id);
@@ -534,35 +442,20 @@ void EngineSession::FinishOnPeers(PeerService& peers, const std::string& kv_requ
   peers.Finish(kv_request_id, client_peers, stored_kv_ids_.contains(kv_request_id));
 }
 
-Status EngineSession::ReadPoll(const json::object& request, std::optional<uint64_t>* wait_ms) {
-  RequestReader reader(request);
-  reader.OptionalUint("wait_ms", kMaxWaitMs, wait_ms);
-  return reader.status();
+std::optional<PollReport> EngineSession::PollNow(const PollRequest& request) {
+  if (request.wait_ms > 0 && !jobs_.HasReport() && !waits_cut_) return std::nullopt;
+  return jobs_.TakeReport();
 }
 
-Status EngineSession::PollNow(const json::object& request, json::object* response, bool* must_wait) {
-  std::optional<uint64_t> wait_ms;
-  if (Status bad = ReadPoll(request, &wait_ms); !bad.ok()) return bad;
-  if (wait_ms.value_or(0) > 0 && !jobs_.HasReport() && !waits_cut_) {
-    *must_wait = true;
-    return Status::Ok();
-  }
-  jobs_.TakeReport(response);
-  return Status::Ok();
-}
-
-boost::asio::awaitable<Status> EngineSession::Poll(const json::object& request, json::object* response) {
-  std::optional<uint64_t> wait_ms;
-  if (Status bad = ReadPoll(request, &wait_ms); !bad.ok()) co_return bad;
-  if (wait_ms.value_or(0) > 0 && !jobs_.HasReport() && !waits_cut_) {
-    poll_timer_.expires_after(std::chrono::milliseconds(*wait_ms));
+boost::asio::awaitable<PollReport> EngineSession::Poll(PollRequest request) {
+  if (request.wait_ms > 0 && !jobs_.HasReport() && !waits_cut_) {
+    poll_timer_.expires_after(std::chrono::milliseconds(request.wait_ms));
     poll_waiting_ = true;
     boost::system::error_code ec;  // operation_aborted = woken early
     co_await poll_timer_.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
     poll_waiting_ = false;
   }
-  jobs_.TakeReport(response);
-  co_return Status::Ok();
+  co_return jobs_.TakeReport();
 }
 
 void EngineSession::Wake() {

@@ -30,9 +30,10 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/json/object.hpp>
 
+#include "base/status_or.h"
 #include "daemon/api/api_error.h"
+#include "daemon/api/control_requests.h"
 #include "daemon/node/published_blocks.h"
 #include "daemon/control/engine_jobs.h"
 #include "daemon/control/engine_registry.h"
@@ -51,36 +52,43 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   EngineSession(const EngineSession&) = delete;
   EngineSession& operator=(const EngineSession&) = delete;
 
-  // Engine ops. `request` is the whole request object; on success the
-  // op's fields are added to *response. `fd` is the descriptor passed with
-  // the request's line (SCM_RIGHTS), if any.
-  Status RegisterRegion(const boost::json::object& request, UniqueFd fd, boost::json::object* response);
-  // Unsealed publish. A sealed one (`seal: true`) is PublishSealed: its
-  // slots are hashed off the event loop first (docs/security.md, "One
-  // request may not hold the event loop").
-  Status Publish(const boost::json::object& request, boost::json::object* response);
-  boost::asio::awaitable<Status> PublishSealed(const boost::json::object& request, boost::json::object* response);
-  Status Unpublish(const boost::json::object& request, boost::json::object* response);
+  // Engine ops, each on its request as parsed and validated by
+  // daemon/api/request_parsers.h; the control server turns the answers
+  // into response fields. `fd` is the descriptor passed with the request's
+  // line (SCM_RIGHTS), if any.
+  struct RegionAnswer {
+    uint64_t region_id = 0;
+    uint64_t bytes = 0;
+  };
+  StatusOr<RegionAnswer> RegisterRegion(const RegisterRegionRequest& request, UniqueFd fd);
+  // Unsealed publish; the number of keys published. A sealed one (`seal:
+  // true`) is PublishSealed: its slots are hashed off the event loop first
+  // (docs/security.md, "One request may not hold the event loop").
+  StatusOr<size_t> Publish(const PublishRequest& request);
+  boost::asio::awaitable<StatusOr<size_t>> PublishSealed(PublishRequest request);
+  UnpublishResult Unpublish(const UnpublishRequest& request);
+  using ProbeAnswers = std::vector<session::ProbeAnswer>;
   // With `wait_ms` the probe is flushed at once and the answer waits until
   // no key is `retry`, the time passes, the peer's session or the request
   // there ends, or waits are cut.
-  boost::asio::awaitable<Status> Lookup(const boost::json::object& request, boost::json::object* response);
+  boost::asio::awaitable<StatusOr<ProbeAnswers>> Lookup(LookupRequest request);
   // Lookup answered at once: one pass of the probe. With `wait_ms` and a
-  // key still `retry` (and waits not cut) sets *must_wait instead of
-  // answering: Lookup then probes again and waits.
-  Status LookupNow(const boost::json::object& request, boost::json::object* response, bool* must_wait);
-  Status Flush(const boost::json::object& request, boost::json::object* response);
-  Status Load(const boost::json::object& request, boost::json::object* response);
-  Status Store(const boost::json::object& request, boost::json::object* response);
+  // key still `retry` (and waits not cut) answers nullopt instead: Lookup
+  // then goes on from this pass and waits.
+  StatusOr<std::optional<ProbeAnswers>> LookupNow(const LookupRequest& request);
+  // The number of probe frames sent.
+  StatusOr<size_t> Flush();
+  Status Load(LoadRequest request);
+  Status Store(StoreRequest request);
   // A store with `seal: true`: hashed off the loop, as PublishSealed.
-  boost::asio::awaitable<Status> StoreSealed(const boost::json::object& request, boost::json::object* response);
-  Status Finish(const boost::json::object& request, boost::json::object* response);
+  boost::asio::awaitable<Status> StoreSealed(StoreRequest request);
+  Status Finish(const FinishRequest& request);
   // Waits up to `wait_ms` for something to report unless something already
   // is (or waits are cut, see CutWaits).
-  boost::asio::awaitable<Status> Poll(const boost::json::object& request, boost::json::object* response);
+  boost::asio::awaitable<PollReport> Poll(PollRequest request);
   // Poll answered at once. With `wait_ms` and nothing to report (and waits
-  // not cut) sets *must_wait instead of answering: Poll then waits.
-  Status PollNow(const boost::json::object& request, boost::json::object* response, bool* must_wait);
+  // not cut) answers nullopt instead: Poll then waits.
+  std::optional<PollReport> PollNow(const PollRequest& request);
 
   // From now on polls do not wait, and a waiting poll returns at once: the
   // connection has seen end of input, so nobody may be left to wait for.
@@ -112,44 +120,25 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // A store's pins all hold one guard; its destruction means they dropped.
   class StoreGuard;
 
-  struct LookupArgs {
-    std::string peer;
-    std::string kv_request_id;
-    std::vector<protocol::Key> keys;
-    bool flush = false;
-    uint64_t wait_ms = 0;
-  };
-  Status ReadLookup(const boost::json::object& request, LookupArgs* args) const;
-  static void AddResults(const std::vector<session::ProbeAnswer>& answers, boost::json::object* response);
-  static Status ReadPoll(const boost::json::object& request, std::optional<uint64_t>* wait_ms);
   // One pass of the probe: what a lookup without wait_ms does.
-  Status Probe(const LookupArgs& args, bool flush, std::vector<session::ProbeAnswer>* answers);
+  StatusOr<ProbeAnswers> Probe(const LookupRequest& request, bool flush);
   // Re-probes on every event of lookup_wait_ until no answer is retry.
-  boost::asio::awaitable<Status> AwaitAnswers(const LookupArgs& args, std::vector<session::ProbeAnswer>* answers);
+  boost::asio::awaitable<StatusOr<ProbeAnswers>> AwaitAnswers(const LookupRequest& request, ProbeAnswers answers);
 
-  // Region present, ids in range (out_of_range), into *slots.
+  // no_region naming `op` without a region.
   Status CheckRegion(std::string_view op) const;
-  struct PublishRequest {
-    std::vector<protocol::Key> keys;
-    std::vector<protocol::SlotIndex> slots;
-    bool seal = false;
-  };
-  Status ReadPublish(const boost::json::object& request, PublishRequest* publish) const;
+  // The slots of `block_ids`: the region present (no_region), each id in
+  // range (out_of_range).
+  StatusOr<std::vector<protocol::SlotIndex>> Slots(std::string_view op, const std::vector<uint64_t>& block_ids) const;
   // The seals of `slots`' distinct slots, hashed on the registry's worker;
   // conflict naming --max-seal-bytes when they are too many bytes, and
   // unavailable when the engine went away meanwhile.
-  boost::asio::awaitable<Status> HashSeals(std::string_view op, const std::vector<protocol::SlotIndex>& slots,
-                                           SlotSeals* seals);
-  struct JobRequest {
-    int64_t job_id = 0;
-    std::string kv_request_id;
-    std::vector<protocol::Key> keys;
-    std::vector<protocol::SlotIndex> slots;
-    bool seal = false;  // store's `seal`: the slots' checksums are kept from now
-  };
-  // Reads and checks what load (with `peer`) and store (peer null) share.
-  Status ReadJob(const boost::json::object& request, std::string_view op, std::string* peer, JobRequest* job) const;
-  Status CheckBlockIds(const std::vector<uint64_t>& block_ids, std::vector<protocol::SlotIndex>* slots) const;
+  boost::asio::awaitable<StatusOr<SlotSeals>> HashSeals(std::string_view op,
+                                                        const std::vector<protocol::SlotIndex>& slots);
+  // What load and store check after their fields, in one order: the peer
+  // side running, the region, the slots, the job id free.
+  StatusOr<std::vector<protocol::SlotIndex>> CheckJob(std::string_view op, int64_t job_id,
+                                                      const std::vector<uint64_t>& block_ids) const;
   // conflict naming the first of `slots` with live pins of this engine.
   Status CheckSlotsUnpinned(const std::vector<protocol::SlotIndex>& slots) const;
   // conflict when another engine of the node uses the request towards `peer`.
@@ -157,7 +146,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   // conflict when another engine of the node supplies `kv_request_id`.
   Status CheckSupplyFree(const std::string& kv_request_id) const;
   // The checks and the work of a store whose seals (if sealed) are known.
-  Status StartStore(JobRequest& job, const SlotSeals* seals);
+  Status StartStore(StoreRequest& request, const std::vector<protocol::SlotIndex>& slots, const SlotSeals* seals);
   // What one open request costs against --max-open-request-bytes, once for
   // the request and once per peer it names: the id is held about twice in
   // each (this session's and the registry's tables, the peer side's request
@@ -198,7 +187,7 @@ class EngineSession : public std::enable_shared_from_this<EngineSession> {
   bool poll_waiting_ = false;
   // The pass LookupNow made before it set must_wait; the Lookup that the
   // same request goes to next starts from it instead of probing again.
-  std::optional<std::vector<session::ProbeAnswer>> first_pass_;
+  std::optional<ProbeAnswers> first_pass_;
   bool waits_cut_ = false;
   LookupWait lookup_wait_;
 };

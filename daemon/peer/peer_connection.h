@@ -1,25 +1,20 @@
 // PeerConnection: one TCP connection to one peer node, owning its
-// PeerSession and the bytes moving through it.
+// PeerSession and the bytes moving through it, in the shape of Asio's C++20
+// chat server: one reader coroutine (PeerReader, daemon/peer/peer_reader.h),
+// one writer coroutine fed by one queue (PeerWriter, daemon/peer/peer_writer.h),
+// a tick timer, and this class: the lifecycle that starts them, runs the
+// session's after-step (AfterSessionActivity) and stops everything in one
+// place (Stop and the close paths below).
 //
-// Reading is zero-copy for block data on plain TCP: after a frame without
-// payload one read takes what the socket holds, up to kReadAheadBytes (the
-// next frames' prefixes and headers: a burst of control frames costs one
-// read, not two a frame); after a frame with payload every read goes
-// exactly where the FrameDecoder wants its next bytes (prefix, header, or,
-// once a block_data header is accepted, the destination slots the session
-// names), so in a stream of data frames payload bytes are never copied in
-// user space. Payload bytes that came in a read-ahead with their header (at
-// most kReadAheadBytes a frame) are placed through the region's descriptor. Under TLS the payload is
-// decrypted into a staging buffer and copied into its slot only a whole
-// block (at most BlockStaging::kMaxPieceBytes) at a time. Writing is one FIFO of frames: the
-// session's control frames are appended as they are sent, and a data frame is
-// pulled from the session only when the FIFO is empty, so a control frame never waits behind more
-// than one data frame. A block_data payload is written with scatter/gather
-// straight from the source blocks (under TLS: through a bounce buffer read
-// with pread, OutgoingFrame), which stay pinned until the frame is written
-// and dropped. A source torn under the write (the engine truncated its
-// region) is finished with zeros and fails only its round (wire spec
-// section 6, "A torn source").
+// Writing is one FIFO of frames: the session's control frames are appended
+// as they are sent, and a data frame is pulled from the session only when
+// the FIFO is empty, so a control frame never waits behind more than one
+// data frame. A block_data payload is written with scatter/gather straight
+// from the source blocks (under TLS: through a bounce buffer read with
+// pread, OutgoingFrame), which stay pinned until the frame is written and
+// dropped. A source torn under the write (the engine truncated its region)
+// is finished with zeros and fails only its round (wire spec section 6, "A
+// torn source").
 //
 // Liveness of the write side (wire spec section 4 step 8): a frame that
 // has been waiting for the socket to accept a byte for the liveness
@@ -31,12 +26,13 @@
 //
 // Lifecycle: one PeerPhase (daemon/peer/peer_phase.h) says where the connection
 // is (resolving, connecting, TLS handshake, running, lingering, closed);
-// every step goes through its checked transition table.
+// every step goes through its checked transition table. "Over" names the
+// session (session_over(): lingering or closed), "socket closed" the socket
+// (PeerPhaseTracker::socket_closed()).
 //
 // Thread-safety: everything runs on the daemon's one io_context.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -51,23 +47,21 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "daemon/peer/block_staging.h"
+#include "base/status_or.h"
 #include "daemon/node/connection_stats.h"
 #include "daemon/peer/peer_phase.h"
+#include "daemon/peer/peer_reader.h"
 #include "daemon/peer/peer_resolver.h"
 #include "daemon/peer/peer_stream.h"
-#include "daemon/peer/send_low_water.h"
-#include "protocol/frame_decoder.h"
+#include "daemon/peer/peer_writer.h"
 #include "protocol/messages.h"
 #include "session/peer_session.h"
 
 namespace kvpeer::daemon {
 
-class OutgoingFrame;
 class PeerConnection;
 
 // What the connection tells its owner (the PeerManager).
@@ -149,21 +143,21 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   // pulled only when the queue is empty). The queue can exceed the limit by
   // the answers to one read (at most 64 KiB of frames, plus the one frame
   // that read completes) and by engine-originated frames.
-  void set_max_queued_bytes(uint64_t max_queued_bytes) { max_queued_bytes_ = max_queued_bytes; }
+  void set_max_queued_bytes(uint64_t max_queued_bytes) { reader_.set_max_queued_bytes(max_queued_bytes); }
   // Bytes waiting in the write queue now, and the most ever.
-  uint64_t queued_bytes() const { return queued_bytes_; }
-  uint64_t queued_bytes_peak() const { return queued_bytes_peak_; }
+  uint64_t queued_bytes() const { return writer_.queue().bytes(); }
+  uint64_t queued_bytes_peak() const { return writer_.queue().bytes_peak(); }
 
   // Read-only: changes go through WithSession.
   const session::PeerSession& session() const { return *session_; }
   // The session is over (the socket may still linger for the disconnect).
-  bool closed() const { return phase_.session_over(); }
+  bool session_over() const { return phase_.session_over(); }
   bool dialled() const { return dialled_; }
-  uint64_t bytes_sent() const { return bytes_sent_; }
-  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_sent() const { return writer_.bytes_sent(); }
+  uint64_t bytes_received() const { return reader_.bytes_received(); }
   std::string remote_address() const;
   const ConnectionStats& stats() const { return stats_; }
-  size_t write_queue_depth() const { return write_queue_.size(); }
+  size_t write_queue_depth() const { return writer_.queue().size(); }
   // For classifying the close (with session().close_cause()): the session
   // was ready at some point; this node found a protocol violation by the
   // peer (a label such as "malformed_frame", "before_handshake" or
@@ -174,165 +168,70 @@ class PeerConnection : public std::enable_shared_from_this<PeerConnection> {
   bool closed_by_owner() const { return closed_by_owner_; }
 
  private:
-  // A frame and its encoded prefix and header, made when it is queued so
-  // the queue's bytes are known.
-  struct QueuedFrame {
-    session::OutFrame frame;
-    std::string head;
-    // Bytes of `head` already on the wire (control frames only: a direct
-    // write the socket took part of; the writer finishes the frame).
-    size_t written = 0;
-  };
-  // Control frames written by one gathered write at most (Asio passes at
-  // most 64 buffers to one sendmsg).
-  static constexpr size_t kMaxGatheredFrames = 64;
-  // The writer's batch leaves the queue's byte count when it starts, so it
-  // takes at most this many bytes (or one frame): what the writer holds
-  // beyond max_queued_bytes_ stays about what one frame was before batches.
-  static constexpr size_t kMaxGatheredBytes = 64 * 1024;
-  // One read between payloads (plain TCP) takes at most this many bytes.
-  static constexpr size_t kReadAheadBytes = 8 * 1024;
+  // The reader and the writer are this connection's two halves: they act on
+  // its session, phase and listener and report back through the after-step
+  // and the close paths.
+  friend class PeerReader;
+  friend class PeerWriter;
 
   // The session's identity check under TLS (session::IdentityCheck).
   Status CheckIdentity(const std::string& peer_id) const;
-  boost::asio::awaitable<void> ReadLoop();
-  // Under TLS, `n` payload bytes arrived in staging_; a whole piece is
-  // placed into its slot through the region's descriptor, and when that
-  // slot's file no longer holds it the load fails and the frame is dropped.
-  void OnStagedBytes(size_t n);
-  // Plain TCP: `bytes` arrived between payloads; false once the connection
-  // must stop reading.
-  bool FeedReadAhead(std::span<const uint8_t> bytes);
-  // Payload bytes of the read-ahead into the current slot; how many.
-  size_t PlaceReadAhead(std::span<const uint8_t> bytes);
-  boost::asio::awaitable<void> WriteLoop();
-  // Writes the data frame at the front of the queue, then counts it.
-  boost::asio::awaitable<void> WriteDataFrame(boost::system::error_code& ec);
-  // Writes one frame piece by piece, noting each byte the socket accepts.
-  // True when the frame's source was torn (it went out padded with zeros).
-  boost::asio::awaitable<bool> WriteFrame(const QueuedFrame& queued, boost::system::error_code& ec);
-  // Writes the control frames at the front of the queue (at most
-  // kMaxGatheredFrames) with one gathered write each time the socket takes
-  // bytes; while lingering only the frame the socket already took part of.
-  boost::asio::awaitable<void> WriteControlFrames(boost::system::error_code& ec);
-  // Plain TCP, the writer idle: the control frames at the front of the
-  // queue go out now, without a hop through the writer (see Enqueue).
-  void WriteControlFramesNow();
-  // Posts one WriteControlFramesNow for the end of this turn of the io_context.
-  void FlushControlFramesLater();
-  bool MayWriteControlFramesNow() const;
-  // `n` more bytes of `queued`'s head are on the wire; true when it is whole
-  // (then it is counted as sent).
-  bool HeadWritten(QueuedFrame& queued, size_t& n);
-  // The frame at the front of the queue is partly on the wire: nothing may
-  // be written before it is finished.
-  bool FrontHalfWritten() const { return !write_queue_.empty() && write_queue_.front().written > 0; }
-  void OnFrameNotServed(const protocol::BlockData& data, std::string_view why);
-  static bool SealsHeld(const std::vector<session::PinRef>& blocks);
-  // The write-progress liveness check (wire spec section 4 step 8).
-  bool WriterStalled() const;
-  // A frame already started is finished even while the connection lingers
-  // (a graceful close: the disconnect must follow a whole frame).
-  bool MayWriteOn() const { return !phase_.closed(); }
-  boost::asio::awaitable<void> TickLoop();
-  void OnResolved(const std::string& host, const std::string& port, ResolveOutcome outcome);
+  void OnResolved(const std::string& host, const std::string& port, ResolvedEndpoints endpoints);
   boost::asio::awaitable<void> Dial(std::string host, std::string port,
                                     std::vector<boost::asio::ip::tcp::endpoint> endpoints);
+  // Accepted TLS connection: the TLS handshake, then the loops.
+  boost::asio::awaitable<void> AcceptTls();
   // Enters kRunning and starts the reader and the writer.
   void StartLoops();
   void StartTickLoop();
-  // Accepted TLS connection: the TLS handshake, then the loops.
-  boost::asio::awaitable<void> AcceptTls();
-  // The session is over and its socket is closed for good.
-  void EnterClosed();
-
-  // Acts on the decoder's state after bytes arrived; false once the
-  // connection must stop reading.
-  bool ProcessDecoderState();
-  bool OnHeaderReady();
-  void OnFrameReady();
-  void Enqueue(session::OutFrame frame);
-  // Backpressure: waits while the write queue is over max_queued_bytes_.
-  boost::asio::awaitable<void> WaitForQueueToDrain();
+  boost::asio::awaitable<void> TickLoop();
+  // The session's SendFn: queues `frame` unless the session is over.
+  void Send(session::OutFrame frame);
   void AfterSessionActivity();
-  void DivertAbandonedFrame();
-  void ReadBytesBelowLowWater();
+  // Wakes every parked loop (reader, writer, tick) to see the session is over.
+  void Stop();
   void CloseSocketAndSession(session::CloseCause cause, const std::string& reason);
-  void TrySendDisconnectNow();
   // Keeps the socket of a closed connection open (at most kMaxLinger) until
   // the frame being written is out, then sends the disconnect and a FIN and
   // drops what the peer still sends until it closes too.
   void Linger();
   void SendDisconnectAndFin();
-  boost::asio::awaitable<void> DiscardUntilPeerCloses();
   void EndLinger();
-  // Counts a frame the session sent and starts a lookup's round-trip clock.
+  // The session is over and its socket is closed for good.
+  void CloseSocket();
+  // Counts a frame the session sent, and one it received (a lookup_resp
+  // stops its lookup's round-trip clock).
   void CountSent(const protocol::Message& message);
   void CountReceived(const protocol::Message& message);
   // After the session closed on `message` (nullptr: a frame the decoder
   // refused): the violation's label, when the close cause is one.
   void NoteViolation(const protocol::Message* message);
-  // Keeps the socket's unsent-bytes bound in step with the frames queued.
-  void NoteQueued(const session::OutFrame& frame);
 
   PeerStream stream_;
   boost::asio::ip::tcp::socket& socket_;  // stream_'s TCP socket
   session::PublishedBlocks& index_;
   ConnectionListener& listener_;
   std::unique_ptr<session::PeerSession> session_;
-  protocol::FrameDecoder decoder_;
-  std::deque<QueuedFrame> write_queue_;
-  // The writer's batch of control frames being written (reused).
-  std::vector<QueuedFrame> control_batch_;
-  std::vector<boost::asio::const_buffer> gathered_;      // their buffers (reused)
-  std::vector<boost::asio::const_buffer> gathered_now_;  // WriteControlFramesNow's (reused)
-  // A flush of the control frames queued during this turn of the
-  // io_context is posted (see Enqueue).
-  bool flush_posted_ = false;
-  SendLowWater send_low_water_;
-  uint64_t queued_bytes_ = 0;  // sum of the queued heads
-  uint64_t queued_bytes_peak_ = 0;
-  uint64_t max_queued_bytes_ = 0;
   // Where the connection is in its life. The flags below are not phases
-  // but facts within one: which way it was made (dialled_), backpressure
-  // (reading_paused_), what the one reader and one writer are doing now
-  // (write_in_progress_, reading_into_slot_, read_diverted_), whether the
+  // but facts within one: which way it was made (dialled_), whether the
   // owner heard of the close (close_reported_: the close is reported once,
   // though the listener may close the connection again from within its
   // callback), and what classifies the close (ever_ready_,
   // closed_by_owner_, violation_).
   PeerPhaseTracker phase_;
-  bool reading_paused_ = false;
-  boost::asio::steady_timer reader_wake_;  // cancelled when the queue has drained
-  boost::asio::steady_timer writer_wake_;
+  PeerReader reader_;
+  PeerWriter writer_;
   boost::asio::steady_timer tick_timer_;
-  bool dialled_ = false;
   // The dialled host's lookup while it runs; dropped on close, which
   // takes it back (its callback holds no reference to this connection).
   std::unique_ptr<PeerResolver::Lookup> lookup_;
-  bool write_in_progress_ = false;
-  bool reading_into_slot_ = false;                // the pending read targets a block slot
-  boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
-  bool read_diverted_ = false;                    // ... and did
-  std::chrono::steady_clock::time_point last_read_at_{};
-  // The last time the socket accepted bytes of the frame being written (or
-  // that frame's start); see WriterStalled.
-  std::chrono::steady_clock::time_point last_write_progress_{};
   session::Duration liveness_timeout_;
-  // TLS only: block payload between a region and the socket, at most
-  // OutgoingFrame::kBounceBytes; and from the socket to a slot, a whole
-  // piece at a time (BlockStaging, at most kMaxPieceBytes).
-  std::vector<uint8_t> bounce_out_;
-  BlockStaging staging_;
-  std::array<uint8_t, kReadAheadBytes> read_ahead_{};
-  bool last_frame_had_payload_ = false;  // the next read is exact (ReadLoop)
-  bool close_reported_ = false;
-  uint64_t bytes_sent_ = 0;
-  uint64_t bytes_received_ = 0;
   ConnectionStats stats_;
   // Lookups sent and not answered yet: round and send time, oldest first.
   std::deque<std::pair<protocol::RoundSeq, std::chrono::steady_clock::time_point>> lookups_awaiting_;
   std::string remote_;  // "address:port", captured while the socket is open
+  bool dialled_ = false;
+  bool close_reported_ = false;
   bool ever_ready_ = false;
   bool closed_by_owner_ = false;
   std::optional<std::string> violation_;

@@ -67,21 +67,26 @@ PeerManager::PeerManager(asio::io_context& io, PeerManagerConfig config, NodeMod
 PeerManager::~PeerManager() = default;
 
 StatusOr<uint16_t> PeerManager::Listen() {
-  // Asio's throwing calls word the failure as the log has always shown it
-  // ("bind: Address already in use"); it leaves here as a value.
-  try {
-    tcp::endpoint endpoint(asio::ip::make_address(config_.listen_host), config_.listen_port);
-    acceptor_.open(endpoint.protocol());
-    acceptor_.set_option(tcp::acceptor::reuse_address(true));
-    acceptor_.bind(endpoint);
-    acceptor_.listen();
-  } catch (const boost::system::system_error& error) {
-    return Status::Unavailable(error.what());
+  // Each failure is worded as the log has always shown it ("bind: Address
+  // already in use", as Asio's throwing calls said it).
+  boost::system::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(config_.listen_host, ec);
+  if (ec) return Status::Unavailable("make_address: " + ec.message());
+  const tcp::endpoint endpoint(address, config_.listen_port);
+  if (acceptor_.open(endpoint.protocol(), ec); ec) return Status::Unavailable("open: " + ec.message());
+  if (acceptor_.set_option(tcp::acceptor::reuse_address(true), ec); ec) {
+    return Status::Unavailable("set_option: " + ec.message());
   }
+  if (acceptor_.bind(endpoint, ec); ec) return Status::Unavailable("bind: " + ec.message());
+  if (acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) {
+    return Status::Unavailable("listen: " + ec.message());
+  }
+  const tcp::endpoint bound = acceptor_.local_endpoint(ec);
+  if (ec) return Status::Unavailable("local_endpoint: " + ec.message());
   asio::co_spawn(
       io_, [this]() { return AcceptLoop(); }, asio::detached);
   ScheduleReap();
-  return acceptor_.local_endpoint().port();
+  return bound.port();
 }
 
 std::string PeerManager::listen_address() const {
@@ -188,7 +193,7 @@ bool PeerManager::ForgetHandshaking(const std::shared_ptr<PeerConnection>& conne
 size_t PeerManager::Handshaking() const {
   size_t dialling = 0;
   for (const auto& [id, connection] : connections_) {
-    dialling += !connection->closed() && !connection->session().ready() ? 1 : 0;
+    dialling += !connection->session_over() && !connection->session().ready() ? 1 : 0;
   }
   return handshaking_.size() + dialling;
 }
@@ -235,35 +240,28 @@ PeerConnection* PeerManager::Current(const std::string& peer) const {
   return it == connections_.end() ? nullptr : it->second.get();
 }
 
-PeerConnection* PeerManager::SessionFor(const std::string& peer, Status* error) {
+StatusOr<PeerConnection*> PeerManager::SessionFor(const std::string& peer) {
   if (!model_.configured()) {
-    *error = Status::Unavailable("node not configured: no block_len/config_fingerprint/hash_seed yet");
-    return nullptr;
+    return Status::Unavailable("node not configured: no block_len/config_fingerprint/hash_seed yet");
   }
-  if (shutting_down_) {
-    *error = Status::ShuttingDown(std::string(session::kDaemonShutdownReason));
-    return nullptr;
-  }
-  if (!SplitHostPort(peer)) {
-    *error = Status::Invalid("peer '" + peer + "' is not HOST:PORT");
-    return nullptr;
-  }
+  if (shutting_down_) return Status::ShuttingDown(std::string(session::kDaemonShutdownReason));
+  if (!SplitHostPort(peer)) return Status::Invalid("peer '" + peer + "' is not HOST:PORT");
   PeerRoute route = directory_.Acquire(peer);
   switch (route.kind) {
     case PeerRoute::Kind::kUse:
-      return Current(peer);
+      break;
     case PeerRoute::Kind::kBackoff:
-      *error = Status::Unavailable(route.why);
-      return nullptr;
+      return Status::Unavailable(route.why);
     case PeerRoute::Kind::kAtPeerLimit:
       limits_.Hit(counters_, Counter::kLimitMaxPeers, route.why);
-      *error = Status::Unavailable(route.why);
-      return nullptr;
+      return Status::Unavailable(route.why);
     case PeerRoute::Kind::kDial:
       Dial(peer, route.connection);
-      return Current(peer);
+      break;
   }
-  return nullptr;
+  PeerConnection* connection = Current(peer);
+  if (connection == nullptr) return Status::Internal("peer " + peer + ": the directory routes to no connection");
+  return connection;
 }
 
 void PeerManager::Dial(const std::string& peer, ConnectionId id) {
@@ -340,7 +338,7 @@ void PeerManager::AdoptInbound(PeerConnection& connection) {
   const std::string peer = connection.session().peer_id();
   std::optional<session::ConnectionFacts> existing;
   const ConnectionId previous = directory_.Connection(peer);
-  if (const PeerConnection* current = Current(peer); current != nullptr && !current->closed()) {
+  if (const PeerConnection* current = Current(peer); current != nullptr && !current->session_over()) {
     existing = FactsOf(*current);
   }
   const Adoption adoption = directory_.Adopt(peer, existing, FactsOf(connection));
@@ -471,13 +469,12 @@ void PeerManager::OnConnectionClosed(PeerConnection& connection) {
 // Operator operations
 
 void PeerManager::Connect(const std::string& peer, std::function<void(Status)> done) {
-  Status error;
-  PeerConnection* connection = SessionFor(peer, &error);
-  if (connection == nullptr) {
-    done(error);
+  StatusOr<PeerConnection*> connection = SessionFor(peer);
+  if (!connection.ok()) {
+    done(connection.status());
     return;
   }
-  if (connection->session().ready()) {
+  if ((*connection)->session().ready()) {
     done(Status::Ok());
     return;
   }
@@ -486,7 +483,7 @@ void PeerManager::Connect(const std::string& peer, std::function<void(Status)> d
 
 Status PeerManager::Disconnect(const std::string& peer) {
   PeerConnection* current = Current(peer);
-  if (current == nullptr || current->closed()) return Status::NotFound("no session with peer '" + peer + "'");
+  if (current == nullptr || current->session_over()) return Status::NotFound("no session with peer '" + peer + "'");
   auto connection = current->shared_from_this();  // keeps it alive through Close
   connection->Close(session::CloseCause::kOperator, FixedReason(kDisconnectedByOperator));
   return Status::Ok();

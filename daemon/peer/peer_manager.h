@@ -178,9 +178,10 @@ class PeerManager : public PeerService, private ConnectionListener {
   void ScheduleReap();
   // The peer's current connection (live or just closed), or null.
   PeerConnection* Current(const std::string& peer) const;
-  // The peer's session, dialling when there is none. Null (with *error)
-  // while the peer backs off or the node is not configured.
-  PeerConnection* SessionFor(const std::string& peer, Status* error);
+  // The peer's session (never null), dialling when there is none; a failed
+  // Status while the peer backs off, at the peer limit, or the node is not
+  // configured (kUnavailable), shutting down or the name is not HOST:PORT.
+  StatusOr<PeerConnection*> SessionFor(const std::string& peer);
   void Dial(const std::string& peer, ConnectionId id);
   // Load, for the engine (`resubmitted` nullopt: the load starts now, with
   // the full load timeout) or for work a superseded session handed back

@@ -15,14 +15,14 @@ Status PeerManager::Lookup(const std::string& peer, const std::string& kv_reques
                            const std::vector<protocol::Key>& keys, bool flush,
                            std::vector<session::ProbeAnswer>* answers) {
   answers->clear();
-  Status error;
-  PeerConnection* connection = SessionFor(peer, &error);
-  if (connection == nullptr) {
-    if (!error.ok() && error.code() != Status::Code::kUnavailable) return error;
+  StatusOr<PeerConnection*> found = SessionFor(peer);
+  if (!found.ok()) {
+    if (found.status().code() != Status::Code::kUnavailable) return found.status();
     // Wire spec section 1: while the peer backs off, probes answer miss at once.
     answers->assign(keys.size(), session::ProbeAnswer::kMiss);
     return Status::Ok();
   }
+  PeerConnection* connection = *found;
   if (config_.max_pending_lookups != 0) {
     const size_t probes = connection->session().ProbesWith(kv_request_id, keys);
     if (probes > config_.max_pending_lookups) {
@@ -45,7 +45,7 @@ size_t PeerManager::FlushLookups() {
   size_t sent = 0;
   for (const auto& [peer, entry] : directory_.entries()) {
     PeerConnection* connection = Current(peer);
-    if (connection == nullptr || connection->closed()) continue;
+    if (connection == nullptr || connection->session_over()) continue;
     sent += connection->WithSession([](session::PeerSession& session) { return session.FlushPendingLookups(); });
   }
   return sent;
@@ -61,14 +61,14 @@ Status PeerManager::Load(session::JobId job_id, const std::string& peer, const s
 Status PeerManager::SubmitLoad(session::JobId job_id, const std::string& peer, const std::string& kv_request_id,
                                std::vector<protocol::Key> keys, std::vector<protocol::SlotIndex> slots,
                                session::SlotSinkRef sink, std::optional<session::Duration> resubmitted) {
-  Status error;
-  PeerConnection* connection = SessionFor(peer, &error);
-  if (connection == nullptr) {
-    if (!error.ok() && error.code() == Status::Code::kUnavailable) {
+  StatusOr<PeerConnection*> found = SessionFor(peer);
+  if (!found.ok()) {
+    if (found.status().code() == Status::Code::kUnavailable) {
       if (PeerCounters* counters = directory_.Counters(peer)) ++counters->loads_rejected;
     }
-    return error;
+    return found.status();
   }
+  PeerConnection* connection = *found;
   const uint64_t load_bytes = keys.size() * model_.settings().block_len;
   // The start is noted before the after-step, which may already decide the load's result.
   Status status = connection->WithSession([&](session::PeerSession& session) {
@@ -90,7 +90,7 @@ void PeerManager::Store(session::JobId job_id, const std::string& kv_request_id,
                         std::vector<session::PinRef> blocks) {
   if (std::optional<std::string> peer = directory_.BoundPeer(kv_request_id)) {
     PeerConnection* connection = Current(*peer);
-    if (connection != nullptr && !connection->closed()) {
+    if (connection != nullptr && !connection->session_over()) {
       connection->WithSession([&](session::PeerSession& session) {
         session.AddSupply(job_id, kv_request_id, std::move(keys), std::move(blocks));
       });
@@ -130,7 +130,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
   for (const std::string& peer : client_peers) {
     FinishResubmissions(peer, kv_request_id);
     PeerConnection* connection = Current(peer);
-    if (connection == nullptr || connection->closed()) continue;
+    if (connection == nullptr || connection->session_over()) continue;
     connection->WithSession([&](session::PeerSession& session) { session.FinishClient(kv_request_id); });
   }
   if (!producer) return;
@@ -139,7 +139,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
   directory_.Unbind(kv_request_id);
   for (const auto& [peer, entry] : directory_.entries()) {
     PeerConnection* connection = Current(peer);
-    if (connection == nullptr || connection->closed()) continue;
+    if (connection == nullptr || connection->session_over()) continue;
     connection->WithSession([&](session::PeerSession& session) { session.FinishServer(kv_request_id); });
   }
 }
@@ -147,7 +147,7 @@ void PeerManager::Finish(const std::string& kv_request_id, const std::vector<std
 size_t PeerManager::LoadsInFlight() const {
   size_t total = 0;
   for (const auto& [id, connection] : connections_) {
-    if (!connection->closed()) total += connection->session().LoadsInFlight();
+    if (!connection->session_over()) total += connection->session().LoadsInFlight();
   }
   return total;
 }

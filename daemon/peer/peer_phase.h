@@ -50,7 +50,8 @@ class PeerPhaseTracker {
   // The reader and writer loops were started (running or lingering).
   bool loops_started() const { return phase_ == PeerPhase::kRunning || phase_ == PeerPhase::kLingering; }
   bool lingering() const { return phase_ == PeerPhase::kLingering; }
-  bool closed() const { return phase_ == PeerPhase::kClosed; }
+  // The socket is closed for good (the session is over too).
+  bool socket_closed() const { return phase_ == PeerPhase::kClosed; }
 
  private:
   PeerPhase phase_ = PeerPhase::kIdle;

@@ -68,6 +68,21 @@ HostAddresses LookUpHost(const std::string& host) {
   return found;
 }
 
+Status::Code ResolveFailureCode(ResolveFailure failure) {
+  switch (failure) {
+    case ResolveFailure::kNotFound:
+      return Status::Code::kNotFound;
+    case ResolveFailure::kBadName:
+      return Status::Code::kInvalid;
+    case ResolveFailure::kBusy:
+      return Status::Code::kConflict;
+    case ResolveFailure::kTimedOut:
+    case ResolveFailure::kFailed:
+      break;
+  }
+  return Status::Code::kUnavailable;
+}
+
 namespace {
 
 // One caller of Resolve. Its handle owns it; the resolver refers to it
@@ -82,24 +97,31 @@ struct Waiter {
 };
 
 // Calls the waiter's callback at most once.
-void Deliver(Waiter& waiter, ResolveOutcome outcome) {
+void Deliver(Waiter& waiter, ResolvedEndpoints outcome) {
   PeerResolver::Done done = std::exchange(waiter.done, nullptr);
   waiter.timer.cancel();
   if (done) done(std::move(outcome));
 }
 
-ResolveOutcome Failed(const std::string& host, ResolveFailure failure, const std::string& detail) {
-  ResolveOutcome outcome;
-  outcome.failure = failure;
-  outcome.error = "name resolution of " + host + " " + detail;
-  return outcome;
+Status Failed(const std::string& host, ResolveFailure failure, const std::string& detail) {
+  const std::string message = "name resolution of " + host + " " + detail;
+  switch (ResolveFailureCode(failure)) {
+    case Status::Code::kNotFound:
+      return Status::NotFound(message);
+    case Status::Code::kInvalid:
+      return Status::Invalid(message);
+    case Status::Code::kConflict:
+      return Status::Conflict(message);
+    default:
+      return Status::Unavailable(message);
+  }
 }
 
-ResolveOutcome OutcomeFor(const Waiter& waiter, const HostAddresses& answer) {
+ResolvedEndpoints OutcomeFor(const Waiter& waiter, const HostAddresses& answer) {
   if (answer.failure) return Failed(waiter.host, *answer.failure, "failed: " + answer.detail);
-  ResolveOutcome outcome;
-  for (const asio::ip::address& address : answer.addresses) outcome.endpoints.emplace_back(address, waiter.port);
-  return outcome;
+  std::vector<asio::ip::tcp::endpoint> endpoints;
+  for (const asio::ip::address& address : answer.addresses) endpoints.emplace_back(address, waiter.port);
+  return endpoints;
 }
 
 std::string Seconds(std::chrono::milliseconds duration) {
@@ -138,7 +160,7 @@ struct PeerResolver::Core : std::enable_shared_from_this<Core> {
 
   std::unique_ptr<Lookup> Resolve(const std::string& host, uint16_t port, Done done);
   // Answers on the next turn of the event loop, not from within Resolve.
-  void AnswerSoon(const std::shared_ptr<Waiter>& waiter, ResolveOutcome outcome);
+  void AnswerSoon(const std::shared_ptr<Waiter>& waiter, ResolvedEndpoints outcome);
   void Wait(const std::shared_ptr<Waiter>& waiter);
   void Complete(const std::string& host, const HostAddresses& answer);
   void TimedOut(const std::shared_ptr<Waiter>& waiter);
@@ -225,9 +247,7 @@ std::unique_ptr<PeerResolver::Lookup> PeerResolver::Core::Resolve(const std::str
   boost::system::error_code not_literal;
   const asio::ip::address literal = asio::ip::make_address(host, not_literal);
   if (!not_literal) {
-    ResolveOutcome outcome;
-    outcome.endpoints.emplace_back(literal, port);
-    AnswerSoon(waiter, std::move(outcome));
+    AnswerSoon(waiter, std::vector<asio::ip::tcp::endpoint>{asio::ip::tcp::endpoint(literal, port)});
   } else if (host.empty() || host.size() > kMaxHostnameChars) {
     AnswerSoon(waiter, Failed(host.substr(0, 64) + (host.size() > 64 ? "..." : ""), ResolveFailure::kBadName,
                               "refused: a host name has 1 to " + std::to_string(kMaxHostnameChars) +
@@ -245,7 +265,7 @@ std::unique_ptr<PeerResolver::Lookup> PeerResolver::Core::Resolve(const std::str
   return handle;
 }
 
-void PeerResolver::Core::AnswerSoon(const std::shared_ptr<Waiter>& waiter, ResolveOutcome outcome) {
+void PeerResolver::Core::AnswerSoon(const std::shared_ptr<Waiter>& waiter, ResolvedEndpoints outcome) {
   asio::post(executor, [weak = std::weak_ptr<Waiter>(waiter), outcome = std::move(outcome)]() mutable {
     if (auto alive = weak.lock()) Deliver(*alive, std::move(outcome));
   });

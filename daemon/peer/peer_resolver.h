@@ -39,6 +39,8 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "base/status_or.h"
+
 namespace kvpeer::daemon {
 
 // Why a name gave no address.
@@ -58,13 +60,14 @@ struct HostAddresses {
   std::string detail;  // what failed, e.g. getaddrinfo's message
 };
 
-// What a caller gets: endpoints (the addresses with its port), or a failure
-// with an error that names the host.
-struct ResolveOutcome {
-  std::vector<boost::asio::ip::tcp::endpoint> endpoints;
-  std::optional<ResolveFailure> failure;
-  std::string error;
-};
+// What a caller gets: the endpoints (the addresses with its port), or a
+// failed Status whose message names the host and whose code says which
+// ResolveFailure it was (ResolveFailureCode).
+using ResolvedEndpoints = StatusOr<std::vector<boost::asio::ip::tcp::endpoint>>;
+
+// kNotFound: NotFound; kBadName: Invalid; kBusy: Conflict (a limit);
+// kTimedOut and kFailed: Unavailable (try again later).
+Status::Code ResolveFailureCode(ResolveFailure failure);
 
 // getaddrinfo(host) for TCP, as Asio's resolver asks it (AI_ADDRCONFIG).
 HostAddresses LookUpHost(const std::string& host);
@@ -90,7 +93,7 @@ class PeerResolver {
    public:
     virtual ~Lookup() = default;
   };
-  using Done = std::function<void(ResolveOutcome)>;
+  using Done = std::function<void(ResolvedEndpoints)>;
 
   PeerResolver(boost::asio::any_io_executor executor, Options options);
   explicit PeerResolver(boost::asio::any_io_executor executor);

@@ -20,8 +20,8 @@ namespace ssl = boost::asio::ssl;
 namespace {
 
 // "what 'path': reason" with OpenSSL's own reason when it has one.
-std::string FileError(const char* what, const std::string& path, const boost::system::system_error& e) {
-  return std::string(what) + " '" + path + "': " + e.code().message();
+std::string FileError(const char* what, const std::string& path, const boost::system::error_code& ec) {
+  return std::string(what) + " '" + path + "': " + ec.message();
 }
 
 Status KeyMismatch(const TlsFiles& files) {
@@ -37,42 +37,42 @@ StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const TlsFiles& files) {
   if (SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION) != 1) {
     return Status::Internal("this OpenSSL cannot do TLS 1.3");
   }
-  context->set_options(ssl::context::default_workarounds | ssl::context::no_compression);
+  boost::system::error_code ec;
+  if (context->set_options(ssl::context::default_workarounds | ssl::context::no_compression, ec); ec) {
+    return Status::Internal("TLS: cannot set options: " + ec.message());
+  }
   // Stateless peers of one cluster: no session tickets to keep or leak.
   SSL_CTX_set_num_tickets(native, 0);
-  try {
-    context->use_certificate_chain_file(files.cert);
-  } catch (const boost::system::system_error& e) {
-    return Status::Invalid(FileError("tls-cert: cannot load certificate chain", files.cert, e));
+  if (context->use_certificate_chain_file(files.cert, ec); ec) {
+    return Status::Invalid(FileError("tls-cert: cannot load certificate chain", files.cert, ec));
   }
-  try {
-    context->use_private_key_file(files.key, ssl::context::pem);
-  } catch (const boost::system::system_error& e) {
-    if (ERR_GET_REASON(static_cast<unsigned long>(e.code().value())) == X509_R_KEY_VALUES_MISMATCH) {
-      return KeyMismatch(files);
-    }
-    return Status::Invalid(FileError("tls-key: cannot load private key", files.key, e));
+  if (context->use_private_key_file(files.key, ssl::context::pem, ec); ec) {
+    if (ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH) return KeyMismatch(files);
+    return Status::Invalid(FileError("tls-key: cannot load private key", files.key, ec));
   }
   if (SSL_CTX_check_private_key(native) != 1) {
     ERR_clear_error();
     return KeyMismatch(files);
   }
-  try {
-    context->load_verify_file(files.ca);
-  } catch (const boost::system::system_error& e) {
-    return Status::Invalid(FileError("tls-ca: cannot load CA certificates", files.ca, e));
+  if (context->load_verify_file(files.ca, ec); ec) {
+    return Status::Invalid(FileError("tls-ca: cannot load CA certificates", files.ca, ec));
   }
-  context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  if (context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert, ec); ec) {
+    return Status::Internal("TLS: cannot set the verify mode: " + ec.message());
+  }
   return context;
 }
 
-void PeerStream::VerifyPeerName(const std::string& host) {
-  if (!tls_) return;
-  tls_->set_verify_callback(ssl::host_name_verification(host));
-  // SNI for DNS names only (RFC 6066 forbids IP literals).
+Status PeerStream::VerifyPeerName(const std::string& host) {
+  if (!tls_) return Status::Ok();
   boost::system::error_code ec;
+  if (tls_->set_verify_callback(ssl::host_name_verification(host), ec); ec) {
+    return Status::Internal("TLS: cannot verify the peer's name: " + ec.message());
+  }
+  // SNI for DNS names only (RFC 6066 forbids IP literals).
   asio::ip::make_address(host, ec);
   if (ec) SSL_set_tlsext_host_name(tls_->native_handle(), host.c_str());
+  return Status::Ok();
 }
 
 Status PeerStream::IdentityMismatch(const std::string& host) const {

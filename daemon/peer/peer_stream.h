@@ -81,8 +81,8 @@ class PeerStream {
   const boost::asio::ip::tcp::socket& socket() const { return tls_ ? tls_->next_layer() : plain_; }
 
   // Dialling side: the peer's certificate must name `host`. Call before
-  // Handshake; no-op for plain TCP.
-  void VerifyPeerName(const std::string& host);
+  // Handshake; no-op for plain TCP. Fails only when OpenSSL refuses the check.
+  [[nodiscard]] Status VerifyPeerName(const std::string& host);
   // After the TLS handshake: ok when the peer's certificate names `host`
   // (an IP literal against its IP addresses, a DNS name against its DNS
   // names, no partial wildcards), else a kViolation saying what it does not
@@ -125,7 +125,7 @@ class PeerStream {
   // the socket takes now, never waiting and never passing through the
   // io_context; would_block (nothing taken) is an error code like any
   // other. Used to put control frames on the wire at once when the writer
-  // is idle (PeerConnection::WriteControlFramesNow).
+  // is idle (PeerWriter::WriteFrontNow).
   size_t WriteSomeNow(const std::vector<boost::asio::const_buffer>& buffers, boost::system::error_code& ec);
 
   // Best effort, never blocking: writes what the socket takes now (used for

@@ -1,6 +1,6 @@
 // The records ClientRole keeps: one per request it drives on this peer, one
 // per load from its fetch until its round is retired. Each field says which
-// race or rule it exists for. Internal to client_role.cc.
+// race or rule it exists for. Internal to the client_role*.cc files.
 //
 // Thread-safety: none; owned by one ClientRole.
 #pragma once

@@ -14,10 +14,8 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
-
-from kvpeer import KvpeerError, ProtocolError  # noqa: E402
-from kvpeer.simulator import SimEngine, SimulatorError, make_keys  # noqa: E402
+from kvpeer import KvpeerError, ProtocolError
+from kvpeer.simulator import SimEngine, SimulatorError, make_keys
 
 
 def shm_region(directory, group):

@@ -28,13 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvpeer_testing import harness
+from kvpeer import Client, KvpeerError, ProtocolError
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "clients" / "python"))
-
-import harness  # noqa: E402
-from kvpeer import Client, KvpeerError, ProtocolError  # noqa: E402
 
 PREFIX = "kvc"
 NET = "10.213"  # hosts 10.213.0.N/16; outsiders (the attacker) 10.213.1.N
@@ -126,14 +124,13 @@ class ClusterDaemon(harness.Daemon):
     """kvpeerd inside a host's namespace."""
 
     def __init__(self, host, workdir, args, env=None):
-        super().__init__(workdir, host.name, args, env=env)
+        super().__init__(workdir, host.name, args, env=env, listen=host.node_id,
+                         log_level=os.environ.get("KVPEER_CLUSTER_LOG_LEVEL", "info"),
+                         wrapper=["ip", "netns", "exec", host.ns])
         self.host = host
 
     def command(self):
-        return ["ip", "netns", "exec", self.host.ns, str(harness.kvpeerd_path()),
-                "--listen", self.host.node_id, "--node-id", self.host.node_id,
-                "--socket", self.socket_path, "--log-level", os.environ.get("KVPEER_CLUSTER_LOG_LEVEL", "info")
-                ] + self.args
+        return super().command() + ["--node-id", self.host.node_id]
 
     def start(self, timeout=harness.READY_TIMEOUT_S):
         # A fresh log per start, so a restarted daemon's log is its own (the old one is kept beside it).

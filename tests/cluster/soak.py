@@ -27,9 +27,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import cluster as C  # noqa: E402
+import cluster as C
 
 BLOCK = 65536
 COUNT = 16

@@ -19,9 +19,8 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import cluster as C  # noqa: E402
+import cluster as C
+from kvpeer_testing import logs, wait
 
 LIVENESS_S = 10.0  # wire-protocol.md section 4 step 8 (fixed)
 MiB = 1 << 20
@@ -42,20 +41,14 @@ class ClusterTestCase(unittest.TestCase):
         return cl
 
     def _close(self):
-        failed = self._failed()
+        failed = logs.test_failed(self)
         if failed:
-            sys.stderr.write(f"\n==== daemon logs for {self.id()} ====\n{self.cl.logs()}\n")
+            logs.print_tails(self.id(), [h.daemon for h in self.cl.hosts if h.daemon is not None])
         prefix = self.cl.prefix
         self.cl.close()
         self.assertEqual(C.leftover_namespaces(prefix), [], "namespaces left behind")
         if not failed:
             self.assertEqual(self.cl.stop_problems, [], "daemons did not stop cleanly")
-
-    def _failed(self):
-        result = getattr(getattr(self, "_outcome", None), "result", None)
-        if result is None:
-            return True
-        return any(t is self for t, _ in list(result.errors) + list(result.failures))
 
     def assert_quiet(self, publishers=()):
         """No work in flight anywhere; every (agent, prefix, count) in `publishers` unpublishes with no
@@ -77,13 +70,7 @@ class ClusterTestCase(unittest.TestCase):
         return None
 
     def wait_until(self, pred, timeout, what):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.02)
-        self.fail(f"{what} not reached within {timeout} s")
+        return wait.wait_until(pred, timeout, what, interval=0.02)
 
 
 class MeshTest(ClusterTestCase):

@@ -32,10 +32,8 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import cluster as C  # noqa: E402
-from test_cluster import ClusterTestCase  # noqa: E402
+import cluster as C
+from test_cluster import ClusterTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -182,7 +180,8 @@ class ServiceHostsTest(ClusterTestCase):
              "getent group kvpeer-publishers")
         conf = "\n".join([f'listen = "{host.node_id}"', f'node-id = "{host.node_id}"', f"block-len = {BLOCK}",
                           'config-fingerprint = "kvpeer-sim-model"', 'hash-seed = "kvpeer-sim-seed"',
-                          'publisher-gid = ["kvpeer-publishers"]', 'operator-uid = ["root"]', 'psk-file = "/etc/kvpeer/psk"',
+                          'publisher-gid = ["kvpeer-publishers"]', 'operator-uid = ["root"]',
+                          'psk-file = "/etc/kvpeer/psk"',
                           'log-level = "info"', ""])
         c.sh("install -d -m 0750 -g kvpeer /etc/kvpeer")
         subprocess.run(c.enter() + ["sh", "-c", "install -m 0600 -o kvpeer -g kvpeer /dev/null /etc/kvpeer/psk "
@@ -206,7 +205,7 @@ class ServiceHostsTest(ClusterTestCase):
 
     def agent(self, c, name, region, num_blocks, extra=(), user="engine"):
         prefix = c.enter() + ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
-                              "env", "PYTHONDONTWRITEBYTECODE=1"]
+                              "env", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=/mnt/src/clients/python"]
         a = C.Agent(prefix, "/run/kvpeer/test.sock", BLOCK, num_blocks, name, region=region, extra=extra,
                     python="python3", agent_path="/mnt/src/tests/cluster/agent.py")
         self.cl.agents.append(a)
@@ -318,9 +317,9 @@ class ServiceHostsTest(ClusterTestCase):
         self.assertGreaterEqual(int(props["NRestarts"]), 1)
         journal = c1.sh("journalctl -u kvpeerd@test --no-pager -o cat").stdout
         self.assertIn("Watchdog timeout", journal)
-        sys.stderr.write("watchdog: " + " | ".join(l for l in journal.splitlines()
-                                                    if "atchdog" in l or "Killing" in l or "signal" in l
-                                                    or "Scheduled restart" in l)[-1500:] + "\n")
+        wanted = ("atchdog", "Killing", "signal", "Scheduled restart")
+        lines = [line for line in journal.splitlines() if any(w in line for w in wanted)]
+        sys.stderr.write("watchdog: " + " | ".join(lines)[-1500:] + "\n")
 
         # `systemctl stop` drains: a load in flight gets its result, the daemon exits 0.
         e1 = self.agent(c1, "e1-fd-again", "memfd", 64)

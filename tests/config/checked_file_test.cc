@@ -29,41 +29,42 @@ std::string MakeFifo(const TempDir& dir, const std::string& name) {
 
 TEST_CASE("a checked file is read whole when it passes the rule") {
   TempDir dir;
-  std::string contents;
-  const FileCheck check = ReadCheckedFile(dir.Write("key", "secret", 0600), SecretFileRule(64), &contents);
-  CHECK(check.ok());
-  CHECK(check.message.empty());
-  CHECK(contents == "secret");
+  const StatusOr<std::string> contents = ReadCheckedFile(dir.Write("key", "secret", 0600), SecretFileRule(64));
+  REQUIRE(contents.ok());
+  CHECK(*contents == "secret");
+  CHECK(CheckFile(dir.Write("key", "secret", 0600), SecretFileRule(64)).ok());
 }
 
 TEST_CASE("a FIFO at a checked path is refused at once, without waiting for a writer") {
   TempDir dir;
   const std::string fifo = MakeFifo(dir, "fifo");
   const auto started = std::chrono::steady_clock::now();
-  std::string contents;
-  const FileCheck check = ReadCheckedFile(fifo, SecretFileRule(64), &contents);
-  CHECK(check.problem == FileProblem::kNotRegular);
-  CHECK(check.message == "'" + fifo + "' is not a regular file");
-  CHECK(contents.empty());
+  const StatusOr<std::string> contents = ReadCheckedFile(fifo, SecretFileRule(64));
+  REQUIRE_FALSE(contents.ok());
+  CHECK(contents.status().code() == Status::Code::kInvalid);
+  CHECK(contents.status().message() == "'" + fifo + "' is not a regular file");
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
 }
 
-TEST_CASE("each file problem is its own cause, and the message names the path") {
+TEST_CASE("each file problem has its code, and the message names the path") {
   TempDir dir;
   const FileRule rule = TrustedFileRule(8);
-  CHECK(ReadCheckedFile(dir.path() + "/none", rule, nullptr).problem == FileProblem::kCannotOpen);
-  CHECK(ReadCheckedFile(dir.path(), rule, nullptr).problem == FileProblem::kNotRegular);
+  const Status missing = CheckFile(dir.path() + "/none", rule);
+  CHECK(missing.code() == Status::Code::kNotFound);
+  CHECK(Contains(missing.message(), "'" + dir.path() + "/none' cannot be opened: No such file"));
+  CHECK(CheckFile(dir.path(), rule).code() == Status::Code::kInvalid);
   const std::string big = dir.Write("big", "123456789", 0644);
-  const FileCheck too_large = ReadCheckedFile(big, rule, nullptr);
-  CHECK(too_large.problem == FileProblem::kTooLarge);
-  CHECK(too_large.message == "'" + big + "' is 9 bytes; a PEM file is at most 8");
+  const Status too_large = CheckFile(big, rule);
+  CHECK(too_large.code() == Status::Code::kTooLarge);
+  CHECK(too_large.message() == "'" + big + "' is 9 bytes; a PEM file is at most 8");
+  CHECK(ReadCheckedFile(big, rule).status().code() == Status::Code::kTooLarge);
   const std::string loose = dir.Write("loose", "pem", 0664);
-  const FileCheck writable = ReadCheckedFile(loose, rule, nullptr);
-  CHECK(writable.problem == FileProblem::kModeForbidden);
-  CHECK(writable.message == "'" + loose +
-                                "' is writable by group or others (mode 0664); allowed: writable by the "
-                                "owner only, e.g. chmod 644");
-  CHECK(ReadCheckedFile(dir.Write("readable", "pem", 0644), rule, nullptr).ok());
+  const Status writable = CheckFile(loose, rule);
+  CHECK(writable.code() == Status::Code::kInvalid);
+  CHECK(writable.message() == "'" + loose +
+                                  "' is writable by group or others (mode 0664); allowed: writable by the "
+                                  "owner only, e.g. chmod 644");
+  CHECK(CheckFile(dir.Write("readable", "pem", 0644), rule).ok());
 }
 
 TEST_CASE("a FIFO, directory or huge file as the config file exits 2 naming it, before anything reads it") {

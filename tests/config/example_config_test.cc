@@ -1,6 +1,6 @@
 // config/kvpeerd.example.toml against the option table: the example shows
 // every config-file key exactly once, in table order, with the table's
-// default, and a valid value for every key without a default.
+// default and range, and a valid value for every key without a default.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -91,10 +91,10 @@ TEST_CASE("the example config names every config-file option once, in table orde
 
 TEST_CASE("the example config shows each option's default") {
   std::vector<ExampleSetting> settings = ExampleSettings(ReadExample());
-  std::vector<TomlEntry> entries;
-  Status status = ParseTomlSubset(Uncommented(settings), FileKeys(), &entries);
-  INFO(status.message());
-  REQUIRE(status.ok());
+  StatusOr<std::vector<TomlEntry>> parsed = ParseTomlSubset(Uncommented(settings), FileKeys());
+  INFO(parsed.status().message());
+  REQUIRE(parsed.ok());
+  const std::vector<TomlEntry>& entries = *parsed;
   REQUIRE(entries.size() == settings.size());
   const std::vector<const OptionSpec*> options = FileOptions();
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -112,6 +112,18 @@ TEST_CASE("the example config shows each option's default") {
       CHECK(entries[i].values.front() == option.default_text);
     }
     CHECK(entries[i].is_array == option.repeatable);
+  }
+}
+
+TEST_CASE("the example config states each bounded option's range as the table has it") {
+  for (const ExampleSetting& setting : ExampleSettings(ReadExample())) {
+    const auto option =
+        std::find_if(Options().begin(), Options().end(), [&](const OptionSpec& o) { return o.name == setting.key; });
+    REQUIRE(option != Options().end());
+    if (!option->bounded()) continue;
+    INFO("config/kvpeerd.example.toml: option '" << setting.key << "' must state its range " << option->RangeText()
+                                                 << " in its comment");
+    CHECK(Contains(setting.paragraph, option->RangeText()));
   }
 }
 

@@ -16,19 +16,17 @@ using testing::TempDir;
 const std::string kKey32(32, 'a');
 
 std::string LoadOk(const std::string& path) {
-  std::string key;
-  Status status = LoadPsk(path, &key);
-  INFO(status.message());
-  REQUIRE(status.ok());
-  return key;
+  StatusOr<std::string> key = LoadPsk(path);
+  INFO(key.status().message());
+  REQUIRE(key.ok());
+  return *key;
 }
 
 std::string LoadError(const std::string& path) {
-  std::string key = "untouched";
-  Status status = LoadPsk(path, &key);
-  REQUIRE_FALSE(status.ok());
-  CHECK(key == "untouched");
-  return status.message();
+  StatusOr<std::string> key = LoadPsk(path);
+  REQUIRE_FALSE(key.ok());
+  CHECK(key.status().code() == Status::Code::kInvalid);
+  return key.status().message();
 }
 
 TEST_CASE("owner-only key files load") {

@@ -241,6 +241,17 @@ TEST_CASE("help and version flags exit 0") {
   CHECK(Contains(version.message, std::string("kvpeerd ") + kVersion));
 }
 
+TEST_CASE("--help states each bounded option's range from its row") {
+  const std::string help = Parse({"--help"}).message;
+  CHECK_FALSE(Contains(help, "{range}"));
+  for (const OptionSpec& option : Options()) {
+    if (!option.bounded()) continue;
+    INFO(option.name);
+    CHECK(Contains(option.HelpText(), option.RangeText()));
+    CHECK(Contains(help, option.HelpText()));
+  }
+}
+
 TEST_CASE("check-config flag: exits 0 with the effective settings or 2 with the reason") {
   ParseResult valid = Parse({"--check-config", "--listen", "127.0.0.1:7000"});
   CHECK_FALSE(valid.settings.has_value());

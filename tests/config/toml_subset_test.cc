@@ -10,18 +10,16 @@ namespace {
 const std::set<std::string, std::less<>> kKeys = {"a", "b", "list", "name-with-dash"};
 
 std::vector<TomlEntry> MustParse(const std::string& text) {
-  std::vector<TomlEntry> entries;
-  Status status = ParseTomlSubset(text, kKeys, &entries);
-  INFO(status.message());
-  REQUIRE(status.ok());
-  return entries;
+  StatusOr<std::vector<TomlEntry>> entries = ParseTomlSubset(text, kKeys);
+  INFO(entries.status().message());
+  REQUIRE(entries.ok());
+  return *entries;
 }
 
 std::string ParseError(const std::string& text) {
-  std::vector<TomlEntry> entries;
-  Status status = ParseTomlSubset(text, kKeys, &entries);
-  CHECK_FALSE(status.ok());
-  return status.message();
+  StatusOr<std::vector<TomlEntry>> entries = ParseTomlSubset(text, kKeys);
+  CHECK_FALSE(entries.ok());
+  return entries.status().message();
 }
 
 TEST_CASE("scalars: strings, numbers, booleans") {

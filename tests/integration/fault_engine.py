@@ -20,9 +20,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
-
-from kvpeer.simulator import SimEngine, make_keys  # noqa: E402
+from kvpeer.simulator import SimEngine, make_keys
 
 
 def main():

@@ -18,16 +18,15 @@ import json
 import os
 import resource
 import socket
-import stat
 import subprocess
-import sys
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerctl_path, rss_bytes, small_asan_quarantine, ubsan_without_vptr
+from kvpeer_testing.harness import (DaemonTestCase, dump, kvpeerctl_path, rss_bytes, small_asan_quarantine,
+                                    ubsan_without_vptr)
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
-from wire_peer import WirePeer
+from kvpeer_testing.wire_peer import WirePeer
 
 BLOCK_LEN = 64 * 1024
 ESC = "\x1b"
@@ -134,7 +133,7 @@ class ControlSocketBoundsTest(DaemonTestCase):
             held.append(raw_connect(a.socket_path))  # queued in the backlog once accept fails
         time.sleep(3.0)
         log = a.log_text()
-        failures = [l for l in log.splitlines() if "control socket: accept failed" in l]
+        failures = [line for line in log.splitlines() if "control socket: accept failed" in line]
         self.assertGreaterEqual(len(failures), 1, "EMFILE was hit and logged")
         self.assertLessEqual(len(failures), 5, "logged at most once a second, never in a loop")
         for s in held:
@@ -278,7 +277,7 @@ class RegionRulesTest(DaemonTestCase):
             "print(json.dumps(call(op='register_region', path=sys.argv[3], num_blocks=4)))\n")
         out = subprocess.run(["/usr/bin/python3", "-c", script, a.socket_path, theirs, missing], user=65534,
                              capture_output=True, timeout=30, check=True).stdout.decode().splitlines()
-        hello, own, gone = (json.loads(l) for l in out)
+        hello, own, gone = (json.loads(line) for line in out)
         self.assertTrue(hello["ok"], hello)
         self.assertEqual(own["error"]["code"], "bad_request")
         self.assertEqual(gone["error"]["code"], "bad_request")

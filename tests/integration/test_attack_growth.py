@@ -27,7 +27,7 @@ requests were accepted, RSS 11.7 -> 227.8 MiB.
 import sys
 import unittest
 
-from harness import DaemonTestCase, rss_bytes, small_asan_quarantine
+from kvpeer_testing.harness import DaemonTestCase, rss_bytes, small_asan_quarantine
 from kvpeer import KvpeerError
 from kvpeer.simulator import make_keys
 

@@ -22,8 +22,8 @@ import subprocess
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerd_path
-from wire_peer import MAX_HEADER_LEN, WirePeer, encode_frame
+from kvpeer_testing.harness import DaemonTestCase, dump, kvpeerd_path
+from kvpeer_testing.wire_peer import MAX_HEADER_LEN, WirePeer, encode_frame
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 4096
@@ -50,11 +50,8 @@ class AttackBase(DaemonTestCase):
         return p
 
     def wait_logged(self, daemon, *texts, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        while not all(t in daemon.log_text() for t in texts):
-            if time.monotonic() > deadline:
-                self.fail(f"{daemon.name}'s log lacks {texts!r}")
-            time.sleep(0.02)
+        self.wait_until(lambda: all(t in daemon.log_text() for t in texts), timeout,
+                        f"{daemon.name}'s log having {texts!r}", interval=0.02)
 
 
 class RelayTest(AttackBase):

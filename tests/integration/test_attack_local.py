@@ -34,7 +34,7 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, kvpeerctl_path
+from kvpeer_testing.harness import DaemonTestCase, dump, kvpeerctl_path
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
 
@@ -176,13 +176,15 @@ class LocalAttackTest(DaemonTestCase):
     # ---- finding 5: the first hello, operator ops ----------------------------------------------
 
     def test_a_squatters_first_hello_cannot_fix_the_model_settings(self):
-        a = self.start_daemon("a", extra=["--publisher-uid", "0", "--operator-uid", "0"])  # settings left to the first hello
+        # The model settings are left to the first hello.
+        a = self.start_daemon("a", extra=["--publisher-uid", "0", "--operator-uid", "0"])
         self.open_socket(a)
         squatter, (hello,) = self.run_as(a, [hello_request(block_len=1, name="squatter")])
         self.assertFalse(hello["ok"], dump(hello))
         self.assertEqual(hello["error"]["code"], "incompatible")
         message = hello["error"]["message"]
-        for needle in ("not fixed yet", "publisher-uid and publisher-gid", "block-len, config-fingerprint and hash-seed"):
+        for needle in ("not fixed yet", "publisher-uid and publisher-gid",
+                       "block-len, config-fingerprint and hash-seed"):
             self.assertIn(needle, message)
         # The real engine (a publisher: root) fixes them, and its settings are the node's.
         real = self.engine(a, 8, BLOCK_LEN, name="real")

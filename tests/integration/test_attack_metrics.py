@@ -15,7 +15,7 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase
+from kvpeer_testing.harness import DaemonTestCase
 
 CAP = 64  # the listener's connection cap (daemon/metrics/metrics_http.cc)
 IDLE_SOCKETS = CAP + 16

@@ -24,7 +24,7 @@ import struct
 import time
 import unittest
 
-from harness import Daemon, DaemonTestCase, dump, ubsan_without_vptr
+from kvpeer_testing.harness import Daemon, DaemonTestCase, dump, ubsan_without_vptr
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 

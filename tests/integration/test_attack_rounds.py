@@ -20,8 +20,8 @@ import json
 import time
 import unittest
 
-from harness import DaemonTestCase, rss_bytes, small_asan_quarantine
-from wire_peer import WirePeer
+from kvpeer_testing.harness import DaemonTestCase, rss_bytes, small_asan_quarantine
+from kvpeer_testing.wire_peer import WirePeer
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 4096

@@ -33,7 +33,7 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer import KvpeerError
 from kvpeer.simulator import make_keys
 

@@ -16,12 +16,11 @@ with B stays as it was; A's next load from B gets B's bytes.
 import os
 import socket
 import ssl
-import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from test_tls import OPENSSL, Pki, tls_flags
-from wire_peer import WirePeer, encode_frame
+from kvpeer_testing.wire_peer import WirePeer, encode_frame
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 4096

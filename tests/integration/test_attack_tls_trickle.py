@@ -22,9 +22,9 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from test_tls import OPENSSL, Pki, tls_flags
-from wire_peer import WireListener, WirePeer, encode_frame
+from kvpeer_testing.wire_peer import WireListener, WirePeer, encode_frame
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 4096

@@ -25,10 +25,10 @@ import ssl
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
 from test_tls import OPENSSL, Pki, tls_flags
-from wire_peer import WireListener, WirePeer, encode_frame
+from kvpeer_testing.wire_peer import WireListener, WirePeer, encode_frame
 
 BLOCK_LEN = 256 * 1024
 NUM_BLOCKS = 64          # 16 MiB a region: far more than the socket buffers hold

@@ -12,7 +12,7 @@ import tempfile
 import time
 import unittest
 
-from harness import DaemonTestCase, dump, settled_status, snapshot
+from kvpeer_testing.harness import DaemonTestCase, dump, settled_status, snapshot
 from kvpeer import MAX_LINE_BYTES, KvpeerError, ProtocolError, Region
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
@@ -359,6 +359,7 @@ class ControlErrorsTest(DaemonTestCase):
             self.skipTest("shutting_down not observable: the daemon finished its drain and closed the "
                           f"connection (closed={closed}) before a new request reached it "
                           f"({polls_answered} polls answered)")
+
 
 if __name__ == "__main__":
     unittest.main()

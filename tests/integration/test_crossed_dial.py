@@ -24,17 +24,13 @@ connection"). The raw peer P always takes the smaller node_id, so the daemon's o
                   again gets only what is left of its timeout (issue 25, finding 6).
 """
 
-import os
 import random
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python"))
-
-from harness import DaemonTestCase, dump  # noqa: E402
-from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys  # noqa: E402
-from wire_peer import WireError, WireListener, WirePeer, random_hex16  # noqa: E402
+from kvpeer_testing.harness import DaemonTestCase, dump
+from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
+from kvpeer_testing.wire_peer import WireListener, WirePeer, random_hex16
 
 BLOCK_LEN = 4096
 NUM_BLOCKS = 16

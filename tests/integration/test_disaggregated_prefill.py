@@ -5,7 +5,7 @@ orders, and with supply arriving in pieces."""
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 256 * 1024

@@ -25,7 +25,7 @@ import threading
 import time
 import unittest
 
-from harness import Daemon, DaemonTestCase, dump, model_flags
+from kvpeer_testing.harness import Daemon, DaemonTestCase, dump, model_flags
 from kvpeer.client import KvpeerError
 from kvpeer.simulator import make_keys
 

@@ -3,7 +3,7 @@ exactly once, and its destination slots are never written afterwards."""
 
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 64 * 1024

@@ -5,7 +5,7 @@ end the other engine's load."""
 
 import unittest
 
-from harness import DaemonTestCase
+from kvpeer_testing.harness import DaemonTestCase
 from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 4096

@@ -7,8 +7,8 @@ keeps it open past the timeout."""
 import time
 import unittest
 
-from fault_tools import metric_value
-from harness import DaemonTestCase, dump
+from kvpeer_testing.fault_tools import metric_value
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 64 * 1024

@@ -20,8 +20,8 @@ import socket
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
-from wire_peer import WirePeer
+from kvpeer_testing.harness import DaemonTestCase, dump
+from kvpeer_testing.wire_peer import WirePeer, encode_frame
 from kvpeer import KvpeerError
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
@@ -184,7 +184,6 @@ class LimitsTest(DaemonTestCase):
         pending = b""
         while time.monotonic() - last_progress < 2.0 and frames < 2000:
             if not pending:
-                from wire_peer import encode_frame
                 pending = encode_frame({"type": "lookup", "kv_request_id": f"flood-{frames}", "keys": keys,
                                         "round_seq": frames})
                 frames += 1

@@ -6,7 +6,7 @@ recover once the producer runs again."""
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 64 * 1024

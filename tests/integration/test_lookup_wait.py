@@ -19,9 +19,9 @@ import threading
 import time
 import unittest
 
-from harness import DaemonTestCase
+from kvpeer_testing.harness import DaemonTestCase
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
-from wire_peer import WireListener
+from kvpeer_testing.wire_peer import WireListener
 
 BLOCK_LEN = 64 * 1024
 

@@ -6,7 +6,7 @@ import os
 import threading
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 128 * 1024

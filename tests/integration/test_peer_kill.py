@@ -6,7 +6,7 @@ serving its engines and other peers."""
 import time
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer import KvpeerError
 from kvpeer.simulator import make_keys
 
@@ -63,6 +63,7 @@ class PeerKillTest(DaemonTestCase):
         results = self.consumer.wait_jobs(list(jobs), timeout=15)
         self.assertLess(time.monotonic() - started, 12.0)
         self.assertEqual([j for j, r in results.items() if r["success"]], [], dump(results))
+
         def all_reported():
             self.consumer.poll_once(0)
             return set(jobs.values()) <= set(self.consumer.failed_requests)

@@ -32,7 +32,7 @@ failed, the old key still hit.
 
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import block_content, make_keys
 
 BLOCK_LEN = 64 * 1024

@@ -24,12 +24,10 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 import unittest
 
-from harness import DaemonTestCase, dump
-from wire_peer import WirePeer
-from kvpeer import KvpeerError
+from kvpeer_testing.harness import DaemonTestCase, dump
+from kvpeer_testing.wire_peer import WirePeer
 from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
 
 BLOCK_LEN = 4096

@@ -12,7 +12,7 @@ Sizes: KVPEER_IT_SMALL_BLOCKS x 64 KiB and KVPEER_IT_LARGE_BLOCKS x 1 MiB
 import os
 import unittest
 
-from harness import DaemonTestCase, dump
+from kvpeer_testing.harness import DaemonTestCase, dump
 from kvpeer.simulator import make_keys
 
 SMALL_BLOCKS = int(os.environ.get("KVPEER_IT_SMALL_BLOCKS", "1024"))

@@ -18,11 +18,10 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 import unittest
 
-from harness import DaemonTestCase, Daemon, dump, kvpeerd_path
-from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, make_keys
+from kvpeer_testing.harness import DaemonTestCase, Daemon, dump, kvpeerd_path
+from kvpeer.simulator import make_keys
 
 BLOCK_LEN = 64 * 1024
 OPENSSL = shutil.which("openssl")

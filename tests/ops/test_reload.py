@@ -15,33 +15,20 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "clients" / "python"))
-
-from kvpeer import Client, KvpeerError, ProtocolError  # noqa: E402
-
-# Generous: the same test runs under ASan.
-TIMEOUT_S = float(os.environ.get("KVPEER_READY_TIMEOUT_S", "30"))
-
-
-def kvpeerd_path():
-    return Path(os.environ.get("KVPEER_BIN_DIR", REPO / "build")) / "daemon" / "kvpeerd"
+from kvpeer import Client
+from kvpeer_testing import logs
+from kvpeer_testing.daemon import READY_TIMEOUT_S as TIMEOUT_S
+from kvpeer_testing.daemon import Daemon
+from kvpeer_testing.paths import kvpeerd_path
+from kvpeer_testing.wait import wait_until
 
 
 def wait_for(predicate, what, timeout=TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(predicate, timeout, what, interval=0.02)
 
 
 class ReloadTest(unittest.TestCase):
@@ -52,6 +39,7 @@ class ReloadTest(unittest.TestCase):
         self.config_path = os.path.join(self.dir, "kvpeerd.toml")
         self.log_path = os.path.join(self.dir, "kvpeerd.log")
         self.psk_path = os.path.join(self.dir, "psk")
+        self.daemon = Daemon(self.dir, "kvpeerd", ["--config", self.config_path], control_flags=False)
         self.proc = None
         self.addCleanup(self._cleanup)
 
@@ -59,11 +47,8 @@ class ReloadTest(unittest.TestCase):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        outcome = getattr(self, "_outcome", None)
-        result = getattr(outcome, "result", None)
-        failed = result is None or any(t is self for t, _ in list(result.errors) + list(result.failures))
-        if failed and os.path.exists(self.log_path):
-            sys.stderr.write(f"--- kvpeerd log ---\n{self.log()}\n")
+        if logs.test_failed(self) and os.path.exists(self.log_path):
+            logs.print_tails(self.id(), [self.daemon])
 
     def write_config(self, **settings):
         lines = [f'socket = "{self.socket_path}"', 'listen = "127.0.0.1:0"', 'metrics-listen = "127.0.0.1:0"']
@@ -87,23 +72,10 @@ class ReloadTest(unittest.TestCase):
         os.replace(self.psk_path + ".tmp", self.psk_path)
 
     def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
+        return self.daemon.log_text()
 
     def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([str(kvpeerd_path()), "--config", self.config_path],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"kvpeerd exited with {self.proc.returncode}\n{self.log()}")
-            try:
-                return self.status()
-            except (OSError, KvpeerError, ProtocolError):
-                return None
-
-        wait_for(ready, "the control socket")
+        self.proc = self.daemon.start(TIMEOUT_S).proc
         match = re.search(r"metrics listening on http://127\.0\.0\.1:(\d+)/metrics", self.log())
         self.assertIsNotNone(match, self.log())
         self.metrics_port = int(match.group(1))

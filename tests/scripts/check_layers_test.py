@@ -90,12 +90,14 @@ class CheckLayersTest(unittest.TestCase):
                    "# target_link_libraries(kvpeer_protocol PUBLIC kvpeer_daemon) is a comment\n"
                    "target_link_libraries(kvpeer_protocol\n  PUBLIC kvpeer_base Boost::headers\n"
                    "  PRIVATE kvpeer_session)\n")
-        self.write("session/CMakeLists.txt", "target_link_libraries(kvpeer_session PUBLIC kvpeer_protocol kvpeer_nope)\n")
+        self.write("session/CMakeLists.txt",
+                   "target_link_libraries(kvpeer_session PUBLIC kvpeer_protocol kvpeer_nope)\n")
         status, lines = self.run_script()
         self.assertEqual(status, 1, lines)
         self.assertEqual(lines, [
             "protocol/CMakeLists.txt:3: protocol may not link kvpeer_session (session)",
-            "session/CMakeLists.txt:1: kvpeer_session links kvpeer_nope, which is in no component (add it to LIBRARIES)",
+            "session/CMakeLists.txt:1: kvpeer_session links kvpeer_nope, which is in no component "
+            "(add it to LIBRARIES)",
         ])
 
 

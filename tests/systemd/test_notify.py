@@ -13,20 +13,15 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 import unittest
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-# Generous: the same test runs under ASan.
-TIMEOUT_S = float(os.environ.get("KVPEER_READY_TIMEOUT_S", "30"))
+from kvpeer_testing import logs
+from kvpeer_testing.daemon import READY_TIMEOUT_S as TIMEOUT_S
+from kvpeer_testing.daemon import Daemon
+
 WATCHDOG_USEC = 200000  # so WATCHDOG=1 every 100 ms
-
-
-def kvpeerd_path():
-    return Path(os.environ.get("KVPEER_BIN_DIR", REPO / "build")) / "daemon" / "kvpeerd"
 
 
 def parse(datagram):
@@ -48,18 +43,15 @@ class NotifyTest(unittest.TestCase):
         self.sock.bind(self.notify_path)
         self.log_path = os.path.join(self.dir, "kvpeerd.log")
         self.proc = None
+        self.daemon = None
         self.addCleanup(self._cleanup)
 
     def _cleanup(self):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        outcome = getattr(self, "_outcome", None)
-        result = getattr(outcome, "result", None)
-        failed = result is None or any(t is self for t, _ in list(result.errors) + list(result.failures))
-        if failed and os.path.exists(self.log_path):
-            with open(self.log_path, errors="replace") as log:
-                print(f"---- kvpeerd log ----\n{log.read()[-6000:]}")
+        if self.daemon is not None and logs.test_failed(self):
+            logs.print_tails(self.id(), [self.daemon])
 
     def assert_silent(self, seconds):
         """No notification for `seconds`."""
@@ -78,12 +70,10 @@ class NotifyTest(unittest.TestCase):
                if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM")}
         env["NOTIFY_SOCKET"] = self.notify_path
         env.update(env_extra)
-        self.control_path = os.path.join(self.dir, "control.sock")
-        argv = [str(kvpeerd_path()), "--listen", "127.0.0.1:0", "--socket", self.control_path]
-        if shell_prefix is not None:
-            argv = ["/bin/sh", "-c", shell_prefix + ' exec "$@"', "sh"] + argv
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wrapper = [] if shell_prefix is None else ["/bin/sh", "-c", shell_prefix + ' exec "$@"', "sh"]
+        self.daemon = Daemon(self.dir, "kvpeerd", base_env=env, wrapper=wrapper)
+        self.control_path = self.daemon.socket_path
+        self.proc = self.daemon.spawn().proc
 
     def receive(self, timeout=TIMEOUT_S):
         """The next notification as a dict; fails after `timeout`."""

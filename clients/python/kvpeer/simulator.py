@@ -282,4 +282,3 @@ class SimEngine:
         """Returns the slots whose bytes are not their key's content."""
         return [slot for key, slot in zip(keys, block_ids)
                 if self.region.read_block(slot) != block_content(key, self.block_len)]
-

@@ -8,28 +8,22 @@ Two parts:
     port 0; the real port is read from `status`'s `listen`), binaries from
     $KVPEER_BIN_DIR (default <repo>/build).
 
-    python3 -m unittest -v test_client      # from clients/python/tests
+    PYTHONPATH=../../../tests/pylib:.. python3 -m unittest -v test_client      # from clients/python/tests
 """
 
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import unittest
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-REPO = HERE.parents[2]
-
-from kvpeer import Client, KvpeerError, ProtocolError, Region  # noqa: E402
-from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys  # noqa: E402
+from kvpeer import Client, KvpeerError, ProtocolError, Region
+from kvpeer_testing.daemon import Daemon
+from kvpeer_testing.paths import kvpeerd_path
+from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, block_content, make_keys
 
 BLOCK_LEN = 64 * 1024
 
@@ -161,67 +155,28 @@ class FramingTest(unittest.TestCase):
         self.assertEqual(len(set(pages)), 3, "every page of a block differs")
 
 
-def bin_dir():
-    return Path(os.environ.get("KVPEER_BIN_DIR", REPO / "build"))
-
-
-class Node:
-    """A kvpeerd process for these tests."""
-
-    def __init__(self, workdir, name, extra=()):
-        self.socket_path = os.path.join(workdir, f"{name}.sock")
-        self.log_path = os.path.join(workdir, f"{name}.log")
-        cmd = [str(bin_dir() / "daemon" / "kvpeerd"), "--listen", "127.0.0.1:0", "--socket", self.socket_path,
-               "--block-len", str(BLOCK_LEN), "--config-fingerprint", DEFAULT_FINGERPRINT,
-               "--hash-seed", DEFAULT_HASH_SEED, *extra]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with Client(self.socket_path) as c:
-                    st = c.status()
-                break
-            except (OSError, KvpeerError):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"kvpeerd {name} not ready:\n{self.log()}")
-                time.sleep(0.02)
-        self.listen = st["listen"]
-        self.node_id = st["node_id"]
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-8000:]
-
-    def stop(self):
-        """SIGTERM; returns the exit status (the spec says 0)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode
+def start_node(workdir, name):
+    """A kvpeerd for these tests, its model settings fixed by flags."""
+    return Daemon(workdir, name, ["--block-len", str(BLOCK_LEN), "--config-fingerprint", DEFAULT_FINGERPRINT,
+                                  "--hash-seed", DEFAULT_HASH_SEED]).start()
 
 
 # Standalone runs without a build skip these; under ctest (KVPEER_BIN_DIR
 # set) a missing daemon is a failure, not a silent skip.
-@unittest.skipUnless((bin_dir() / "daemon" / "kvpeerd").exists() or "KVPEER_BIN_DIR" in os.environ,
+@unittest.skipUnless(kvpeerd_path().exists() or "KVPEER_BIN_DIR" in os.environ,
                      "kvpeerd not built (set KVPEER_BIN_DIR)")
 class DaemonOpsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
         cls.workdir = tempfile.mkdtemp(prefix="kvpeer-client-")
-        cls.a = Node(cls.workdir, "a")
-        cls.b = Node(cls.workdir, "b")
+        cls.a = start_node(cls.workdir, "a")
+        cls.b = start_node(cls.workdir, "b")
 
     @classmethod
     def tearDownClass(cls):
         codes = {name: node.stop() for name, node in (("a", cls.a), ("b", cls.b))}
-        logs = {name: node.log() for name, node in (("a", cls.a), ("b", cls.b))}
+        logs = "\n".join(node.log_tail() for node in (cls.a, cls.b))
         shutil.rmtree(cls.workdir, ignore_errors=True)
         if codes != {"a": 0, "b": 0}:
             raise AssertionError(f"kvpeerd did not exit 0 on SIGTERM: {codes}\n{logs}")

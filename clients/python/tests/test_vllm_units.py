@@ -19,15 +19,14 @@ import unittest
 from pathlib import Path
 from types import SimpleNamespace
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from kvpeer.pipelined import PipelinedClient
+from kvpeer.vllm import answers, compat, identity
+from kvpeer.vllm.metrics import reason_label
+from kvpeer.vllm.params import Dest, Source, parse_dest, parse_source
+from kvpeer.vllm.probes import HIT, MISS, Probe
+from kvpeer.vllm.publisher import PublishBook
 
-from kvpeer.pipelined import PipelinedClient  # noqa: E402
-from kvpeer.vllm import answers, compat, identity  # noqa: E402
-from kvpeer.vllm.metrics import reason_label  # noqa: E402
-from kvpeer.vllm.params import Dest, Source, parse_dest, parse_source  # noqa: E402
-from kvpeer.vllm.probes import HIT, MISS, Probe  # noqa: E402
-from kvpeer.vllm.publisher import PublishBook  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def keys(n, prefix=b"k"):
@@ -179,9 +178,10 @@ class IdentityTest(unittest.TestCase):
         self.assertLess(time.perf_counter() - started, 0.005, "derived once per process")
         self.assertNotEqual(d, identity.hash_seed_digest("12346"))
         self.assertNotIn("12345", d)
-        other = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                                "from kvpeer.vllm import identity; print(identity.hash_seed_digest('12345'))",
-                                str(HERE.parent)], capture_output=True, text=True, check=True)
+        other = subprocess.run([sys.executable, "-c",
+                                "from kvpeer.vllm import identity; print(identity.hash_seed_digest('12345'))"],
+                               env=dict(os.environ, PYTHONPATH=str(HERE.parent)), capture_output=True, text=True,
+                               check=True)
         self.assertEqual(other.stdout.strip(), d, "another process (node) derives the same value")
         with self.assertRaisesRegex(TypeError, "hash seed must be a string"):
             identity.hash_seed_digest(12345)

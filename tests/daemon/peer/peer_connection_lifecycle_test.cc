@@ -49,14 +49,14 @@ TEST_CASE("peer connection: WithSession runs the after-step and returns the oper
   connection.WithSession([&](session::PeerSession&) { ran = true; });
   CHECK(ran);
   CHECK(fixture.listener.activities == 2);
-  CHECK_FALSE(connection.closed());
+  CHECK_FALSE(connection.session_over());
 }
 
 TEST_CASE("peer connection: closed before it started, it is closed and says so once", "[peer_connection]") {
   UnstartedConnection fixture;
   PeerConnection& connection = *fixture.connection;
   connection.Close(session::CloseCause::kShutdown, "shutting down");
-  CHECK(connection.closed());
+  CHECK(connection.session_over());
   CHECK(connection.closed_by_owner());
   CHECK(fixture.listener.closes == 1);
   connection.Close(session::CloseCause::kOperator, "again");  // no second close, no second report

@@ -70,7 +70,7 @@ TEST_CASE("peer phase: an illegal step is refused and the phase stays", "[peer_p
   CHECK(tracker.now() == kRunning);
   REQUIRE(tracker.Enter(kClosed));
   for (PeerPhase next : kAllPhases) CHECK_FALSE(tracker.Enter(next));  // closed is final
-  CHECK(tracker.closed());
+  CHECK(tracker.socket_closed());
 }
 
 TEST_CASE("peer phase: the questions the connection asks", "[peer_phase]") {
@@ -86,11 +86,11 @@ TEST_CASE("peer phase: the questions the connection asks", "[peer_phase]") {
   CHECK(tracker.loops_started());
   CHECK(tracker.session_over());
   CHECK(tracker.lingering());
-  CHECK_FALSE(tracker.closed());
+  CHECK_FALSE(tracker.socket_closed());
   REQUIRE(tracker.Enter(kClosed));
   CHECK(tracker.session_over());
   CHECK_FALSE(tracker.loops_started());
-  CHECK(tracker.closed());
+  CHECK(tracker.socket_closed());
 }
 
 }  // namespace

@@ -90,10 +90,10 @@ struct Fixture {
 
 // One caller's outcome and when it came.
 struct Answer {
-  std::optional<ResolveOutcome> outcome;
+  std::optional<ResolvedEndpoints> outcome;
   std::chrono::steady_clock::time_point at;
   PeerResolver::Done Callback() {
-    return [this](ResolveOutcome o) {
+    return [this](ResolvedEndpoints o) {
       outcome = std::move(o);
       at = std::chrono::steady_clock::now();
     };
@@ -111,10 +111,10 @@ TEST_CASE("an IP literal is answered on the next turn, never by the pool", "[pee
   f.io.poll();
   REQUIRE(v4.outcome);
   REQUIRE(v6.outcome);
-  CHECK_FALSE(v4.outcome->failure);
-  REQUIRE(v4.outcome->endpoints.size() == 1);
-  CHECK(v4.outcome->endpoints[0] == asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 5710));
-  CHECK(v6.outcome->endpoints[0] == asio::ip::tcp::endpoint(asio::ip::make_address("::1"), 5711));
+  CHECK(v4.outcome->ok());
+  REQUIRE(v4.outcome->value().size() == 1);
+  CHECK(v4.outcome->value()[0] == asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 5710));
+  CHECK(v6.outcome->value()[0] == asio::ip::tcp::endpoint(asio::ip::make_address("::1"), 5711));
   CHECK(f.dns->asked.empty());
   CHECK(resolver.in_flight() == 0);
 }
@@ -131,16 +131,16 @@ TEST_CASE("slow names delay neither a literal nor another name, and time out on 
   REQUIRE(f.RunUntil([&] { return fast.outcome && literal.outcome; }));
   CHECK(fast.at - start < 200ms);
   CHECK(literal.at - start < 200ms);
-  CHECK_FALSE(fast.outcome->failure);
+  CHECK(fast.outcome->ok());
   CHECK_FALSE(slow1.outcome);
 
   REQUIRE(f.RunUntil([&] { return slow1.outcome && slow2.outcome; }));
   for (Answer* slow : {&slow1, &slow2}) {
-    CHECK(slow->outcome->failure == ResolveFailure::kTimedOut);
+    CHECK(slow->outcome->status().code() == Status::Code::kUnavailable);
     CHECK(slow->at - start >= 400ms);
     CHECK(slow->at - start < 1000ms);
   }
-  CHECK(slow1.outcome->error == "name resolution of slow-one.test timed out after 400 ms");
+  CHECK(slow1.outcome->status().message() == "name resolution of slow-one.test timed out after 400 ms");
   CHECK(resolver.waiting() == 0);
   CHECK(resolver.in_flight() == 2);  // the threads are still asking; their answers will fill the cache
 }
@@ -150,9 +150,9 @@ TEST_CASE("a caller that gives up is never called back and keeps nothing alive",
   PeerResolver& resolver = f.Make();
   auto kept = std::make_shared<int>(7);
   bool called = false;
-  auto handle = resolver.Resolve("slow.test", 1, [kept, &called](ResolveOutcome) { called = true; });
+  auto handle = resolver.Resolve("slow.test", 1, [kept, &called](ResolvedEndpoints) { called = true; });
   bool literal_called = false;
-  auto literal = resolver.Resolve("10.0.0.1", 1, [kept, &literal_called](ResolveOutcome) { literal_called = true; });
+  auto literal = resolver.Resolve("10.0.0.1", 1, [kept, &literal_called](ResolvedEndpoints) { literal_called = true; });
   REQUIRE(kept.use_count() == 3);
   handle.reset();
   literal.reset();
@@ -181,15 +181,15 @@ TEST_CASE("callers of one name share one lookup, and its answer is cached", "[pe
     return true;
   }));
   for (const Answer& answer : answers) {
-    CHECK_FALSE(answer.outcome->failure);
-    CHECK(answer.outcome->endpoints.size() == f.options.max_addresses);  // 20 found, 16 kept
+    CHECK(answer.outcome->ok());
+    CHECK(answer.outcome->value().size() == f.options.max_addresses);  // 20 found, 16 kept
   }
   CHECK(f.dns->Asked("slow-shared.test") == 1);
 
   Answer again;
   auto handle = resolver.Resolve("slow-shared.test", 6000, again.Callback());
   REQUIRE(f.RunUntil([&] { return again.outcome.has_value(); }));
-  CHECK(again.outcome->endpoints.front().port() == 6000);
+  CHECK(again.outcome->value().front().port() == 6000);
   CHECK(f.dns->Asked("slow-shared.test") == 1);  // from the cache
 }
 
@@ -204,9 +204,9 @@ TEST_CASE("answers expire after the ttl, failures after the shorter negative ttl
     REQUIRE(f.RunUntil([&] { return answer.outcome.has_value(); }));
     return *answer.outcome;
   };
-  const ResolveOutcome missing = ask("missing.test");
-  CHECK(missing.failure == ResolveFailure::kNotFound);
-  CHECK(missing.error == "name resolution of missing.test failed: Name or service not known");
+  const ResolvedEndpoints missing = ask("missing.test");
+  CHECK(missing.status().code() == Status::Code::kNotFound);
+  CHECK(missing.status().message() == "name resolution of missing.test failed: Name or service not known");
   ask("found.test");
   ask("missing.test");
   ask("found.test");
@@ -244,27 +244,27 @@ TEST_CASE("every table is bounded", "[peer_resolver]") {
     for (int i = 0; i < 4; ++i)
       handles.push_back(resolver.Resolve("slow" + std::to_string(i) + ".test", 1, answers[i].Callback()));
     REQUIRE(f.RunUntil([&] { return answers[3].outcome.has_value(); }));
-    CHECK(answers[3].outcome->failure == ResolveFailure::kBusy);
-    CHECK(answers[3].outcome->error ==
+    CHECK(answers[3].outcome->status().code() == Status::Code::kConflict);
+    CHECK(answers[3].outcome->status().message() ==
           "name resolution of slow3.test refused: the resolver is busy (3 names being looked up, 3 callers waiting)");
     CHECK(resolver.in_flight() == 3);
     // A name already in flight may still be joined, up to max_waiting callers.
     for (int i = 4; i < 7; ++i) handles.push_back(resolver.Resolve("slow0.test", 1, answers[i].Callback()));
     REQUIRE(f.RunUntil([&] { return answers[6].outcome.has_value(); }));
-    CHECK(answers[6].outcome->failure == ResolveFailure::kBusy);
+    CHECK(answers[6].outcome->status().code() == Status::Code::kConflict);
     CHECK_FALSE(answers[4].outcome);
     CHECK(resolver.waiting() == 5);
     // Literals never wait, however busy the pool is.
     handles.push_back(resolver.Resolve("192.0.2.9", 1, answers[7].Callback()));
     REQUIRE(f.RunUntil([&] { return answers[7].outcome.has_value(); }));
-    CHECK_FALSE(answers[7].outcome->failure);
+    CHECK(answers[7].outcome->ok());
   }
   SECTION("a name longer than DNS allows is refused before any lookup") {
     Answer answer;
     auto handle = resolver.Resolve(std::string(300, 'a'), 1, answer.Callback());
     REQUIRE(f.RunUntil([&] { return answer.outcome.has_value(); }));
-    CHECK(answer.outcome->failure == ResolveFailure::kBadName);
-    CHECK(answer.outcome->error.find("has 1 to 253 characters, this one has 300") != std::string::npos);
+    CHECK(answer.outcome->status().code() == Status::Code::kInvalid);
+    CHECK(answer.outcome->status().message().find("has 1 to 253 characters, this one has 300") != std::string::npos);
     CHECK(f.dns->asked.empty());
   }
 }

@@ -11,43 +11,29 @@ What a test gets from `DaemonTestCase`:
     every daemon's log is printed, so a ctest failure shows the daemon's
     side of the story.
 
-Binaries come from $KVPEER_BIN_DIR (default <repo>/build): daemon/kvpeerd.
+Binaries come from $KVPEER_BIN_DIR (default <repo>/build): daemon/kvpeerd,
+launched by kvpeer_testing.daemon.Daemon.
 """
 
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "clients" / "python"))
+from kvpeer import KvpeerError
+from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, SimEngine
 
-from kvpeer import Client, KvpeerError, ProtocolError  # noqa: E402
-from kvpeer.simulator import DEFAULT_FINGERPRINT, DEFAULT_HASH_SEED, SimEngine  # noqa: E402
+from kvpeer_testing import logs, wait
+from kvpeer_testing.daemon import LOG_LEVEL, READY_TIMEOUT_S, STOP_TIMEOUT_S, Daemon
+from kvpeer_testing.paths import REPO, bin_dir, kvpeerctl_path, kvpeerd_path
 
-# Generous bounds: the same tests run under ASan, several times slower.
-READY_TIMEOUT_S = float(os.environ.get("KVPEER_READY_TIMEOUT_S", "30"))
-STOP_TIMEOUT_S = float(os.environ.get("KVPEER_STOP_TIMEOUT_S", "30"))
-LOG_LEVEL = os.environ.get("KVPEER_TEST_LOG_LEVEL", "debug")
-LOG_TAIL_LINES = 150
-
-
-def bin_dir():
-    return Path(os.environ.get("KVPEER_BIN_DIR", REPO / "build"))
-
-
-def kvpeerd_path():
-    return bin_dir() / "daemon" / "kvpeerd"
-
-
-def kvpeerctl_path():
-    return bin_dir() / "cli" / "kvpeerctl"
+__all__ = ["LOG_LEVEL", "READY_TIMEOUT_S", "STOP_TIMEOUT_S", "REPO", "Daemon", "DaemonTestCase", "bin_dir",
+           "dump", "kvpeerctl_path", "kvpeerd_path", "model_flags", "rss_bytes", "settled_status",
+           "small_asan_quarantine", "snapshot", "ubsan_without_vptr"]
 
 
 def model_flags(block_len, fingerprint=DEFAULT_FINGERPRINT, hash_seed=DEFAULT_HASH_SEED):
@@ -91,131 +77,6 @@ def ubsan_without_vptr(workdir, name):
     with open(path, "w") as f:
         f.write("vptr_check:*\n")
     return _add_sanitizer_option("UBSAN_OPTIONS", f"suppressions={path}:halt_on_error=0")
-
-
-class Daemon:
-    """One kvpeerd process. `name` labels its socket and log file."""
-
-    def __init__(self, workdir, name, args=(), env=None):
-        self.name = name
-        self.env = dict(env or {})  # added to the inherited environment
-        self.socket_path = os.path.join(workdir, f"{name}.sock")
-        self.log_path = os.path.join(workdir, f"{name}.log")
-        self.args = list(args)
-        self.proc = None
-        self.listen = None
-        self.node_id = None
-        self.expect_clean_exit = True  # False once the test killed it on purpose
-        self.term_sent = False
-        self.returncode = None
-
-    def command(self):
-        cmd = [str(kvpeerd_path()), "--listen", "127.0.0.1:0", "--socket", self.socket_path,
-               "--log-level", LOG_LEVEL]
-        return cmd + self.args
-
-    def start(self, timeout=READY_TIMEOUT_S):
-        """Starts the process and waits until `status` answers."""
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env={**os.environ, **self.env})
-        deadline = time.monotonic() + timeout
-        last_error = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.expect_clean_exit = False  # reported here, not again at cleanup
-                raise RuntimeError(f"{self.name}: kvpeerd exited with {self.proc.returncode} before it was "
-                                   f"ready\n{self.log_tail()}")
-            try:
-                st = self.status()
-                self.listen = st["listen"]
-                self.node_id = st["node_id"]
-                return self
-            except (OSError, KvpeerError, ProtocolError) as e:  # not listening yet
-                last_error = e
-                time.sleep(0.02)
-        raise RuntimeError(f"{self.name}: control socket not ready within {timeout:.0f} s "
-                           f"({last_error})\n{self.log_tail()}")
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    @property
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def client(self, timeout=30.0):
-        return Client(self.socket_path, timeout=timeout)
-
-    def status(self):
-        with self.client() as c:
-            return c.status()
-
-    def pause(self):
-        """SIGSTOP: the process keeps its sockets but answers nothing, like a
-        wedged or overloaded peer."""
-        os.kill(self.pid, signal.SIGSTOP)
-
-    def resume(self):
-        os.kill(self.pid, signal.SIGCONT)
-
-    def kill(self):
-        """SIGKILL: the process dies without a word to its peers."""
-        self.expect_clean_exit = False
-        self.proc.kill()
-        self.proc.wait()
-        self.returncode = self.proc.returncode
-
-    def send_term(self):
-        """SIGTERM (resuming a stopped process first, or it would never act)."""
-        self.term_sent = True
-        if self.proc.poll() is None:
-            self.resume()
-            self.proc.send_signal(signal.SIGTERM)
-
-    def wait_exit(self, timeout=STOP_TIMEOUT_S):
-        """Waits for the process to end; returns its exit status, or None if
-        it hung (it is then killed so nothing leaks)."""
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            self.returncode = None
-            return None
-        self.returncode = self.proc.returncode
-        return self.returncode
-
-    def stop(self, timeout=STOP_TIMEOUT_S):
-        """SIGTERM and wait: the clean shutdown the spec promises."""
-        self.send_term()
-        return self.wait_exit(timeout)
-
-    def exit_problem(self):
-        """Why this daemon's ending is not acceptable, or None. Called at
-        cleanup, after anything still running was stopped."""
-        if not self.expect_clean_exit or self.proc is None:
-            return None
-        if not self.term_sent:
-            return None
-        if self.returncode is None:
-            return "did not exit within the drain bound after SIGTERM"
-        if self.returncode != 0:
-            return f"exit status {self.returncode} after SIGTERM"
-        return None
-
-    def log_text(self):
-        try:
-            with open(self.log_path, "r", errors="replace") as f:
-                return f.read()
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines=LOG_TAIL_LINES):
-        text = self.log_text().splitlines()
-        head = f"---- {self.name} ({' '.join(self.command())}) log, last {min(lines, len(text))} lines ----"
-        return "\n".join([head] + text[-lines:])
 
 
 def snapshot(status):
@@ -291,14 +152,10 @@ class DaemonTestCase(unittest.TestCase):
 
     def wait_until(self, predicate, timeout=20.0, what="condition", interval=0.05):
         """Polls `predicate` until it returns a truthy value (returned)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                self.fail(f"{what} not reached within {timeout:.0f} s")
-            time.sleep(interval)
+        value = wait.poll(predicate, timeout, interval)
+        if not value:
+            self.fail(f"{what} not reached within {timeout:.0f} s")
+        return value
 
     def assertApiError(self, code, fn, *args, **kwargs):
         """Asserts that fn raises KvpeerError with `code`; returns it."""
@@ -310,13 +167,6 @@ class DaemonTestCase(unittest.TestCase):
         return cm.exception
 
     # -- cleanup ---------------------------------------------------------------
-
-    def _test_failed(self):
-        outcome = getattr(self, "_outcome", None)
-        result = getattr(outcome, "result", None)
-        if result is None:
-            return True
-        return any(t is self for t, _ in list(result.errors) + list(result.failures))
 
     def _cleanup(self):
         """Closes engines, stops daemons (SIGTERM, exit 0 required) and
@@ -344,10 +194,8 @@ class DaemonTestCase(unittest.TestCase):
             problem = d.exit_problem()
             if problem:
                 bad.append(f"{d.name}: {problem}")
-        if bad or self._test_failed():
-            sys.stderr.write(f"\n==== daemon logs for {self.id()} ({self.workdir}) ====\n")
-            for d in self.daemons:
-                sys.stderr.write(d.log_tail() + "\n")
+        if bad or logs.test_failed(self):
+            logs.print_tails(f"{self.id()} ({self.workdir})", self.daemons)
         if os.environ.get("KVPEER_KEEP_TEST_DIRS"):
             sys.stderr.write(f"kept {self.workdir}\n")
         else:

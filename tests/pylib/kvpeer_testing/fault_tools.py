@@ -5,12 +5,10 @@ look-ups, and /proc readings (open descriptors, resident memory)."""
 import os
 import re
 import socket
-import time
 
-from harness import LOG_LEVEL, Daemon, kvpeerd_path
+from kvpeer_testing.daemon import Daemon
 
-__all__ = ["FixedDaemon", "free_port", "metric_value", "peer_entry", "engine_entry", "proc_fds", "proc_rss_kb",
-           "wait_for"]
+__all__ = ["FixedDaemon", "free_port", "metric_value", "peer_entry", "engine_entry", "proc_fds", "proc_rss_kb"]
 
 
 def free_port():
@@ -28,14 +26,8 @@ class FixedDaemon(Daemon):
     address, as an operator restarting the service would."""
 
     def __init__(self, workdir, name, port, args=(), log_level=None):
-        super().__init__(workdir, name, args)
-        self.workdir = workdir
+        super().__init__(workdir, name, args, listen=f"127.0.0.1:{port}", log_level=log_level)
         self.port = port
-        self.log_level = log_level or LOG_LEVEL
-
-    def command(self):
-        return [str(kvpeerd_path()), "--listen", f"127.0.0.1:{self.port}", "--socket", self.socket_path,
-                "--log-level", self.log_level] + self.args
 
     def restart_as(self):
         return FixedDaemon(self.workdir, self.name, self.port, self.args, self.log_level)
@@ -84,14 +76,3 @@ def proc_rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def wait_for(predicate, timeout, interval=0.05):
-    """Polls until predicate() is truthy (returned) or the time is up
-    (returns the last falsy value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = predicate()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
