@@ -48,6 +48,10 @@
 
 namespace kvpeer::daemon {
 
+// The peer side's settings. kvpeerd sets every field from the option table
+// (daemon/settings_mapping.h, the one mapping); the values written here are
+// what a test gets without settings: the table's defaults, except that the
+// limits are off (tests/daemon/settings_mapping_test.cc keeps the two alike).
 struct PeerManagerConfig {
   std::string node_id;
   std::string listen_host = "0.0.0.0";
