@@ -2,10 +2,14 @@
 # Installs kvpeer's build dependencies (only those missing) and builds it.
 #
 #   scripts/setup.sh [--build-dir DIR] [--type Release|Debug] [--sanitize] [--tsan] [--coverage] [--fuzz]
-#                    [--configure-only]
+#                    [--clang] [--configure-only] [--target NAME]...
 #
 # --configure-only installs and configures (compile_commands.json for the
-# clang-tidy gate) without building.
+# clang-tidy gate) without building; --target builds only the named targets
+# (repeatable; scripts/test.sh builds only what its Release stage runs);
+# --clang compiles with clang++ instead of GCC, as scripts/test.sh's
+# sanitizer builds do (about 1.7x faster at -O0 here, and a second compiler's
+# warnings).
 #
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 # Package installation needs root (apt-get); everything else does not.
@@ -17,6 +21,7 @@ build_type=Release
 cmake_args=()
 compiler=()
 configure_only=0
+targets=()
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,8 +30,10 @@ while [ $# -gt 0 ]; do
     --sanitize) cmake_args+=(-DKVPEER_SANITIZE=ON); shift ;;
     --tsan) cmake_args+=(-DKVPEER_TSAN=ON); shift ;;
     --coverage) cmake_args+=(-DKVPEER_COVERAGE=ON); build_type=Debug; shift ;;
+    --clang) compiler=(-DCMAKE_CXX_COMPILER=clang++); shift ;;
     --fuzz) cmake_args+=(-DKVPEER_FUZZ=ON); compiler=(-DCMAKE_CXX_COMPILER=clang++); shift ;;
     --configure-only) configure_only=1; shift ;;
+    --target) targets+=(--target "$2"); shift 2 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -60,4 +67,4 @@ fi
 
 cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "${compiler[@]}" "${cmake_args[@]}" >/dev/null
 if [ "$configure_only" = 1 ]; then exit 0; fi
-cmake --build "$build_dir" -j2
+cmake --build "$build_dir" -j2 "${targets[@]}"

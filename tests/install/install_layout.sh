@@ -77,14 +77,17 @@ int main() {
 PROGRAM
   flags=$(pkg-config --cflags --libs "$pc")  # relocatable: the prefix is found from the .pc file
   # A sanitizer or coverage build installs an instrumented library: the
-  # program links the same runtime (CMakeLists.txt's options).
+  # program links the same runtime (CMakeLists.txt's options), so it is built
+  # by the build's own compiler (clang for scripts/test.sh's sanitizer builds).
   cache="$build/CMakeCache.txt"
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache" 2>/dev/null)
+  cxx=${cxx:-g++}
   if grep -q '^KVPEER_SANITIZE:BOOL=ON' "$cache" 2>/dev/null; then flags="$flags -fsanitize=address,undefined"; fi
   if grep -q '^KVPEER_TSAN:BOOL=ON' "$cache" 2>/dev/null; then flags="$flags -fsanitize=thread"; fi
   if grep -q '^KVPEER_COVERAGE:BOOL=ON' "$cache" 2>/dev/null; then flags="$flags --coverage"; fi
   # shellcheck disable=SC2086
-  if ! g++ -o "$root/engine" "$root/engine.cc" $flags 2>"$root/engine.log"; then
-    fail "a program using kvpeer/client.h does not build with pkg-config's flags: $(cat "$root/engine.log")"
+  if ! "$cxx" -o "$root/engine" "$root/engine.cc" $flags 2>"$root/engine.log"; then
+    fail "a program using kvpeer/client.h does not build with pkg-config's flags ($cxx): $(cat "$root/engine.log")"
   elif ! "$root/engine"; then
     fail "a program using kvpeer/client.h built but did not run as expected"
   fi
