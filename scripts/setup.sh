@@ -65,6 +65,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "${compiler[@]}" "${cmake_args[@]}" >/dev/null
+# With --target, cpack (the .deb tests) packs what was built instead of
+# building every target first (CMake's preinstall step depends on "all").
+skip_all=OFF
+if [ ${#targets[@]} -gt 0 ]; then skip_all=ON; fi
+cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY="$skip_all" \
+  "${compiler[@]}" "${cmake_args[@]}" >/dev/null
 if [ "$configure_only" = 1 ]; then exit 0; fi
 cmake --build "$build_dir" -j2 "${targets[@]}"
