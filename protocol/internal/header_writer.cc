@@ -8,7 +8,6 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/string_view.hpp>
 
-#include "base/hex.h"
 #include "protocol/type_names.h"
 
 namespace kvpeer::protocol::internal {
@@ -51,18 +50,37 @@ void Begin(std::string_view type, const std::string& kv_request_id, std::string*
   AppendString(kv_request_id, out);
 }
 
-// Keys are hex: nothing in them needs escaping.
+// Lowercase hex of `bytes` at `at`; returns the end.
+char* WriteHex(std::string_view bytes, char* at) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (const char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    *at++ = kDigits[byte >> 4];
+    *at++ = kDigits[byte & 0xf];
+  }
+  return at;
+}
+
+// Keys are hex: nothing in them needs escaping. The list's length is known
+// before it is written, so the string grows once and the digits go straight
+// into it (a lookup_resp may hold 65,536 keys).
 void AppendKeys(const std::vector<Key>& keys, std::string* out) {
   out->push_back(',');
   AppendName("keys", out);
-  out->push_back('[');
+  size_t length = 2;                                         // [ and ]
+  for (const Key& key : keys) length += 2 * key.size() + 3;  // "hex" and a comma
+  const size_t start = out->size();
+  out->resize(start + length);
+  char* at = out->data() + start;
+  *at++ = '[';
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (i > 0) out->push_back(',');
-    out->push_back('"');
-    for (const char byte : keys[i]) AppendHexByte(static_cast<unsigned char>(byte), out);
-    out->push_back('"');
+    if (i > 0) *at++ = ',';
+    *at++ = '"';
+    at = WriteHex(keys[i], at);
+    *at++ = '"';
   }
-  out->push_back(']');
+  *at++ = ']';
+  out->resize(static_cast<size_t>(at - out->data()));  // one comma fewer than counted
 }
 
 void AppendIndexes(const std::vector<SlotIndex>& indexes, std::string* out) {
@@ -124,10 +142,13 @@ void WriteHeader(const BlockData& m, std::string* out) {
     out->push_back('[');
     for (size_t i = 0; i < m.xxh3.values.size(); ++i) {
       if (i > 0) out->push_back(',');
-      out->push_back('"');
-      for (int shift = 56; shift >= 0; shift -= 8)
-        AppendHexByte(static_cast<unsigned char>(m.xxh3.values[i] >> shift), out);
-      out->push_back('"');
+      char big_endian[8];
+      for (int byte = 0; byte < 8; ++byte) big_endian[byte] = static_cast<char>(m.xxh3.values[i] >> (56 - 8 * byte));
+      char text[18];
+      text[0] = '"';
+      WriteHex(std::string_view(big_endian, sizeof big_endian), text + 1);
+      text[17] = '"';
+      out->append(text, sizeof text);
     }
     out->push_back(']');
   }
