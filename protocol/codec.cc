@@ -11,6 +11,7 @@
 #include <boost/json/serialize.hpp>
 
 #include "base/hex.h"
+#include "protocol/internal/header_writer.h"
 #include "protocol/json_fields.h"
 #include "protocol/limits.h"
 #include "protocol/type_names.h"
@@ -25,27 +26,6 @@ namespace json = boost::json;
 constexpr size_t kMaxJsonDepth = 64;
 
 // ---------------------------------------------------------------- encoding
-
-json::array EncodeKeys(const std::vector<Key>& keys) {
-  json::array array;
-  array.reserve(keys.size());
-  for (const Key& key : keys) array.emplace_back(ToHex(key));
-  return array;
-}
-
-json::array EncodeBlockIndexes(const std::vector<SlotIndex>& indexes) {
-  json::array array;
-  array.reserve(indexes.size());
-  for (SlotIndex index : indexes) array.emplace_back(static_cast<uint64_t>(index));
-  return array;
-}
-
-json::array EncodeBools(const std::vector<bool>& flags) {
-  json::array array;
-  array.reserve(flags.size());
-  for (bool flag : flags) array.emplace_back(flag);
-  return array;
-}
 
 void EncodeFields(const Connect& m, json::object& o) {
   o["peer_id"] = m.peer_id;
@@ -77,38 +57,6 @@ void EncodeFields(const Ping& m, json::object& o) { o["nonce"] = m.nonce; }
 
 void EncodeFields(const Pong& m, json::object& o) { o["nonce"] = m.nonce; }
 
-void EncodeFields(const Lookup& m, json::object& o) {
-  o["kv_request_id"] = m.kv_request_id;
-  o["keys"] = EncodeKeys(m.keys);
-  o["round_seq"] = m.round_seq;
-}
-
-void EncodeFields(const LookupResp& m, json::object& o) {
-  o["kv_request_id"] = m.kv_request_id;
-  o["keys"] = EncodeKeys(m.keys);
-  o["hits"] = EncodeBools(m.hits);
-  o["round_seq"] = m.round_seq;
-}
-
-void EncodeFields(const Fetch& m, json::object& o) {
-  o["kv_request_id"] = m.kv_request_id;
-  o["keys"] = EncodeKeys(m.keys);
-  o["block_indexes"] = EncodeBlockIndexes(m.block_indexes);
-  o["round_seq"] = m.round_seq;
-}
-
-void EncodeFields(const BlockData& m, json::object& o) {
-  o["kv_request_id"] = m.kv_request_id;
-  o["round_seq"] = m.round_seq;
-  o["block_indexes"] = EncodeBlockIndexes(m.block_indexes);
-  if (m.xxh3.valid()) {
-    json::array checksums;
-    checksums.reserve(m.xxh3.values.size());
-    for (uint64_t value : m.xxh3.values) checksums.emplace_back(ChecksumHex(value));
-    o["xxh3"] = std::move(checksums);
-  }
-}
-
 void EncodeFields(const TransferDone& m, json::object& o) {
   o["kv_request_id"] = m.kv_request_id;
   o["success"] = m.success;
@@ -126,6 +74,12 @@ void EncodeFields(const AbortAck& m, json::object& o) {
 }
 
 void EncodeFields(const Unknown&, json::object&) {}  // only its type
+
+// The messages whose headers grow with their lists: written straight into
+// text (internal/header_writer.h), not through a json::object.
+template <typename T>
+constexpr bool kBulky = std::is_same_v<T, Lookup> || std::is_same_v<T, LookupResp> || std::is_same_v<T, Fetch> ||
+                        std::is_same_v<T, BlockData>;
 
 // ---------------------------------------------------------------- decoding
 //
@@ -289,10 +243,24 @@ Status CheckBlockDataPayload(const BlockData& message, uint64_t payload_len, con
 }  // namespace
 
 std::string EncodeHeader(const Message& message) {
-  json::object header;
-  header["type"] = TypeName(message);
-  std::visit([&header](const auto& m) { EncodeFields(m, header); }, message);
-  return json::serialize(header);
+  std::string text;
+  AppendHeader(message, &text);
+  return text;
+}
+
+void AppendHeader(const Message& message, std::string* out) {
+  std::visit(
+      [&message, out](const auto& m) {
+        if constexpr (kBulky<std::decay_t<decltype(m)>>) {
+          internal::WriteHeader(m, out);
+        } else {
+          json::object header;
+          header["type"] = TypeName(message);
+          EncodeFields(m, header);
+          out->append(json::serialize(header));
+        }
+      },
+      message);
 }
 
 Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const DecodeContext& context, Message* out) {

@@ -22,6 +22,9 @@ namespace kvpeer::protocol {
 
 // The header JSON of `message` (compact, UTF-8). Keys become lowercase hex.
 std::string EncodeHeader(const Message& message);
+// The same, appended to `out` (EncodeFrame writes it after the prefix
+// without a second copy of a header that may hold 65,536 keys).
+void AppendHeader(const Message& message, std::string* out);
 
 struct DecodeContext {
   // The connection's block_len, used to check a block_data payload length.

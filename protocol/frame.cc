@@ -57,15 +57,15 @@ Status DecodePrefix(const uint8_t (&bytes)[kPrefixLen], FramePrefix* out) {
 }
 
 std::string EncodeFrame(const Message& message, uint64_t payload_len) {
-  const std::string header = EncodeHeader(message);
+  // The header is written in place after room for the prefix, which is
+  // filled in once the header's length is known.
+  std::string frame(kPrefixLen, '\0');
+  AppendHeader(message, &frame);
   // Even a message at every list and string limit encodes to far less than
   // 4 GiB, so the cast cannot truncate; a header above kMaxHeaderLen is the
   // caller's bug and the peer rejects it.
-  const auto prefix = EncodePrefix({static_cast<uint32_t>(header.size()), payload_len});
-  std::string frame;
-  frame.reserve(prefix.size() + header.size());
-  frame.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
-  frame.append(header);
+  const auto prefix = EncodePrefix({static_cast<uint32_t>(frame.size() - kPrefixLen), payload_len});
+  std::memcpy(frame.data(), prefix.data(), prefix.size());
   return frame;
 }
 

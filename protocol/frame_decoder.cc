@@ -77,11 +77,40 @@ std::span<uint8_t> FrameDecoder::WritableSpan() {
   }
 }
 
+void FrameDecoder::WritableSpans(size_t max_spans, std::vector<std::span<uint8_t>>* out) {
+  out->clear();
+  if (max_spans == 0) return;
+  const std::span<uint8_t> first = WritableSpan();
+  if (first.empty()) return;
+  out->push_back(first);
+  if (state_ != State::kReadingPayload || !scatter_) return;
+  for (size_t i = target_index_ + 1; i < targets_.size() && out->size() < max_spans; ++i) out->push_back(targets_[i]);
+}
+
+// The most one Commit may count: a scatter payload's rest may arrive in one
+// vectored read; every other section only in what WritableSpan() offered.
+size_t FrameDecoder::CommitLimit() {
+  if (state_ == State::kReadingPayload && scatter_) return prefix_.payload_len - payload_received_;
+  return WritableSpan().size();
+}
+
+void FrameDecoder::AdvanceTargets(size_t n) {
+  while (n > 0 && target_index_ < targets_.size()) {
+    const size_t step = std::min(n, targets_[target_index_].size() - target_offset_);
+    target_offset_ += step;
+    n -= step;
+    if (target_offset_ == targets_[target_index_].size()) {
+      ++target_index_;
+      target_offset_ = 0;
+    }
+  }
+}
+
 void FrameDecoder::Commit(size_t n) {
   if (n == 0) return;
   const bool late_read = state_ == State::kReadingPayload && targets_.empty() &&
                          n <= prefix_.payload_len - payload_received_;  // see DiscardRestOfPayload
-  if (n > WritableSpan().size() && !late_read) {
+  if (n > CommitLimit() && !late_read) {
     return Fail(
         Status::Internal("FrameDecoder::Commit: " + std::to_string(n) + " bytes is more than WritableSpan() offered"));
   }
@@ -96,13 +125,7 @@ void FrameDecoder::Commit(size_t n) {
       return;
     case State::kReadingPayload:
       payload_received_ += n;
-      if (!targets_.empty()) {
-        target_offset_ += n;
-        if (target_offset_ == targets_[target_index_].size()) {
-          ++target_index_;
-          target_offset_ = 0;
-        }
-      }
+      AdvanceTargets(n);  // none in discard mode
       if (payload_received_ == prefix_.payload_len) OnPayloadComplete();
       return;
     default:
@@ -130,6 +153,7 @@ void FrameDecoder::ReceivePayloadInto(std::vector<std::span<uint8_t>> targets) {
                                  " bytes, payload_len is " + std::to_string(prefix_.payload_len)));
   }
   targets_ = std::move(targets);
+  scatter_ = true;
   state_ = State::kReadingPayload;
 }
 
@@ -140,6 +164,7 @@ void FrameDecoder::DiscardPayload() {
   // Allocated once and kept: unknown frames may recur on a connection.
   if (discard_scratch_.empty()) discard_scratch_.resize(kDiscardChunk);
   targets_.clear();
+  scatter_ = false;
   state_ = State::kReadingPayload;
 }
 
@@ -149,6 +174,7 @@ void FrameDecoder::DiscardRestOfPayload() {
   }
   if (discard_scratch_.empty()) discard_scratch_.resize(kDiscardChunk);
   targets_.clear();
+  scatter_ = false;
   target_index_ = 0;
   target_offset_ = 0;
 }
@@ -160,6 +186,7 @@ void FrameDecoder::BufferPayload() {
   buffered_payload_.clear();
   // A non-empty first target marks buffer mode (see WritableSpan).
   targets_ = {GrowPayloadBuffer(buffered_payload_, prefix_.payload_len)};
+  scatter_ = false;
   state_ = State::kReadingPayload;
 }
 
@@ -191,6 +218,7 @@ void FrameDecoder::Fail(Status status) {
   error_ = std::move(status);
   state_ = State::kFailed;
   targets_.clear();  // never write into caller memory after failing
+  scatter_ = false;
 }
 
 void FrameDecoder::SetMaxLengths(uint32_t max_header_len, uint64_t max_payload_len) {
@@ -222,6 +250,7 @@ void FrameDecoder::OnHeaderComplete() {
   Status status = DecodeHeader(header_, prefix_.payload_len, context_, &message_);
   if (!status.ok()) return Fail(std::move(status));
   targets_.clear();
+  scatter_ = false;
   target_index_ = 0;
   target_offset_ = 0;
   payload_received_ = 0;
@@ -230,6 +259,7 @@ void FrameDecoder::OnHeaderComplete() {
 
 void FrameDecoder::OnPayloadComplete() {
   targets_.clear();  // the caller's spans may not outlive this frame
+  scatter_ = false;
   state_ = State::kFrameReady;
 }
 

@@ -55,7 +55,15 @@ class FrameDecoder {
   // Where the next incoming bytes go. Non-empty in kReadingPrefix,
   // kReadingHeader and kReadingPayload; empty in every other state.
   std::span<uint8_t> WritableSpan();
-  // REQUIRES: n <= WritableSpan().size().
+  // Where the next incoming bytes go, as spans in order, appended to `out`
+  // (cleared first; at most `max_spans`): in a scatter payload
+  // (ReceivePayloadInto) the rest of the current target and the targets
+  // after it, otherwise WritableSpan() alone. One vectored read can then
+  // fill several destination slots: a payload of many small blocks costs a
+  // system call per read, not one per block.
+  void WritableSpans(size_t max_spans, std::vector<std::span<uint8_t>>* out);
+  // REQUIRES: n <= WritableSpan().size(), or in a scatter payload n <= the
+  // total of what WritableSpans() offered.
   void Commit(size_t n);
 
   // Valid in kHeaderReady, kReadingPayload and kFrameReady.
@@ -98,6 +106,8 @@ class FrameDecoder {
   void OnPrefixComplete();
   void OnHeaderComplete();
   void OnPayloadComplete();
+  size_t CommitLimit();
+  void AdvanceTargets(size_t n);
 
   DecodeContext context_;
   uint32_t max_header_len_ = kMaxHeaderLen;
@@ -110,6 +120,7 @@ class FrameDecoder {
   std::string header_;
   Message message_;
   std::vector<std::span<uint8_t>> targets_;
+  bool scatter_ = false;  // targets_ are the caller's (ReceivePayloadInto), not the buffer's tail
   size_t target_index_ = 0;
   size_t target_offset_ = 0;
   std::vector<uint8_t> buffered_payload_;

@@ -69,6 +69,11 @@ class ClientRole {
   // call queues the key for the next flush and returns kRetry; later calls
   // return kRetry until the answer arrives, then the cached answer.
   ProbeAnswer RegisterLookup(const std::string& kv_request_id, const protocol::Key& key);
+  // RegisterLookup of each of `keys` in order, the answers appended to
+  // `answers`; the request is found, its id checked and queued for the
+  // flush once, not once a key (a request may carry 65,536 keys).
+  void RegisterLookups(const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
+                       std::vector<ProbeAnswer>* answers);
 
   // Sends one lookup per request with unsent probes. Returns how many.
   size_t FlushPendingLookups();

@@ -37,6 +37,35 @@ ProbeAnswer ClientRole::RegisterLookup(const std::string& kv_request_id, const p
   return ProbeAnswer::kRetry;
 }
 
+void ClientRole::RegisterLookups(const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
+                                 std::vector<ProbeAnswer>* answers) {
+  answers->reserve(answers->size() + keys.size());
+  if (impl_->closed || !WireSafeId(kv_request_id)) {
+    answers->insert(answers->end(), keys.size(), ProbeAnswer::kMiss);
+    return;
+  }
+  RequestState* st = nullptr;  // made by the first key that can be asked, as in RegisterLookup
+  bool queued = false;
+  for (const Key& key : keys) {
+    if (!WireSafeKey(key)) {
+      answers->push_back(ProbeAnswer::kMiss);
+      continue;
+    }
+    if (st == nullptr) {
+      st = &impl_->Request(kv_request_id);
+      st->symmetric = true;
+      if (!st->open_round) st->open_round = impl_->next_round++;
+    }
+    auto [it, added] = st->probes.try_emplace(key, Probe::kUnsent);
+    if (added) st->unsent.push_back(key);
+    queued = queued || added;
+    answers->push_back(added || it->second == Probe::kUnsent || it->second == Probe::kSent ? ProbeAnswer::kRetry
+                       : it->second == Probe::kHit                                         ? ProbeAnswer::kHit
+                                                                                           : ProbeAnswer::kMiss);
+  }
+  if (queued) impl_->flush_pending.insert(kv_request_id);
+}
+
 size_t ClientRole::FlushPendingLookups() {
   size_t sent = 0;
   for (const std::string& kv : impl_->flush_pending) sent += impl_->SendLookups(kv, impl_->requests.at(kv));

@@ -532,6 +532,11 @@ ProbeAnswer PeerSession::RegisterLookup(const std::string& kv_request_id, const 
   return impl_->client->RegisterLookup(kv_request_id, key);
 }
 
+void PeerSession::RegisterLookups(const std::string& kv, const std::vector<protocol::Key>& keys,
+                                  std::vector<ProbeAnswer>* out) {
+  if (impl_->state != State::kClosed) return impl_->client->RegisterLookups(kv, keys, out);
+  out->insert(out->end(), keys.size(), ProbeAnswer::kMiss);  // closed: as RegisterLookup
+}
 size_t PeerSession::FlushPendingLookups() {
   if (impl_->state == State::kClosed) return 0;
   return impl_->client->FlushPendingLookups();
@@ -587,7 +592,6 @@ bool PeerSession::ServesRequest(const std::string& kv_request_id) const {
 size_t PeerSession::RoundsOpen() const { return impl_->server->RoundsOpen(); }
 uint64_t PeerSession::RoundsRefused() const { return impl_->server->RoundsRefused(); }
 uint64_t PeerSession::RoundKeyBytes() const { return impl_->server->RoundKeyBytes(); }
-
 size_t PeerSession::ProbesWith(const std::string& kv_request_id, const std::vector<protocol::Key>& keys) const {
   if (impl_->state == State::kClosed) return 0;  // RegisterLookup answers miss and holds nothing
   return impl_->client->ProbesWith(kv_request_id, keys);

@@ -209,6 +209,8 @@ class PeerSession {
   // Engine-facing operations, forwarded to the roles. Before ready their
   // frames are queued; after close they fail at once.
   ProbeAnswer RegisterLookup(const std::string& kv_request_id, const protocol::Key& key);
+  void RegisterLookups(const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
+                       std::vector<ProbeAnswer>* answers);
   size_t FlushPendingLookups();
   // `timeout`: ClientRole::RequestBlocks.
   Status RequestBlocks(JobId job_id, const std::string& kv_request_id, std::vector<protocol::Key> keys,

@@ -1,7 +1,5 @@
 // ServerRole admission: lookups and fetches, which open, serve or refuse a
 // round (ServerConfig::max_rounds, max_round_key_bytes).
-#include <string_view>
-#include <unordered_map>
 #include <utility>
 
 #include "protocol/limits.h"
@@ -77,15 +75,13 @@ void ServerRole::OnLookup(const protocol::Lookup& message) {
   // After the fetch nothing is parked for a later lookup, so nothing stays charged.
   if (!round.has_demand) s.Charge(round, charge);
 
+  // A key repeated in the lookup is pinned once all the same: Probe finds a
+  // hit already in the round's pins (a miss is asked again, and misses
+  // again, since nothing can publish it in between). No map of answers per
+  // lookup: that was a hash and an insert per key.
   std::vector<bool> hits;
-  std::unordered_map<std::string_view, bool> answers;  // each distinct key is probed (and pinned) once
-  answers.reserve(message.keys.size());
   hits.reserve(message.keys.size());
-  for (const Key& key : message.keys) {
-    auto [answer, fresh] = answers.try_emplace(key, false);
-    if (fresh) answer->second = s.Probe(round, key);
-    hits.push_back(answer->second);
-  }
+  for (const Key& key : message.keys) hits.push_back(s.Probe(round, key));
   s.SendLookupResp(message, std::move(hits));
 }
 

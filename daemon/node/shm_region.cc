@@ -7,11 +7,14 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "base/unique_fd.h"
 
@@ -236,6 +239,26 @@ bool ShmRegion::StillMapsFile(const uint8_t* at, size_t len) {
   int fd = -1;
   uint64_t offset = 0;
   return !Locate(at, len, &fd, &offset) || FileCovers(fd, offset + len);
+}
+
+bool ShmRegion::StillMapFiles(std::span<const std::span<const uint8_t>> ranges) {
+  // Each region file and the furthest end a range needs of it; a frame's
+  // blocks come from one or a few regions, so a short list is enough.
+  std::vector<std::pair<int, uint64_t>> needed;
+  for (const std::span<const uint8_t> range : ranges) {
+    int fd = -1;
+    uint64_t offset = 0;
+    if (!Locate(range.data(), range.size(), &fd, &offset)) continue;
+    const uint64_t end = offset + range.size();
+    auto it = std::find_if(needed.begin(), needed.end(), [fd](const auto& entry) { return entry.first == fd; });
+    if (it == needed.end()) {
+      needed.emplace_back(fd, end);
+    } else {
+      it->second = std::max(it->second, end);
+    }
+  }
+  return std::all_of(needed.begin(), needed.end(),
+                     [](const auto& entry) { return FileCovers(entry.first, entry.second); });
 }
 
 bool ShmRegion::WriteMapped(uint8_t* at, std::span<const uint8_t> bytes) {

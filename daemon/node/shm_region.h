@@ -91,6 +91,9 @@ class ShmRegion {
   // False when [at, at + len) lies in a live region whose file no longer
   // covers it (fstat now, uncached).
   static bool StillMapsFile(const uint8_t* at, size_t len);
+  // The same for every range at once (a data frame's source blocks): one
+  // fstat per region file they lie in, not one per block.
+  static bool StillMapFiles(std::span<const std::span<const uint8_t>> ranges);
 
  private:
   ShmRegion(void* mapping, size_t mapping_len, uint8_t* base, RegionShape shape, UniqueFd fd)

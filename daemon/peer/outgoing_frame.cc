@@ -116,13 +116,11 @@ bool OutgoingFrame::TearHere() {
 
 bool OutgoingFrame::CheckSourcesAfterWrite() {
   if (!torn_ && bounce_ == nullptr) {
-    for (const auto& block : blocks_) {
-      const auto bytes = block->bytes();
-      if (!ShmRegion::StillMapsFile(bytes.data(), bytes.size())) {
-        torn_ = true;
-        break;
-      }
-    }
+    // One fstat per source region, not one per block.
+    std::vector<std::span<const uint8_t>> sources;
+    sources.reserve(blocks_.size());
+    for (const auto& block : blocks_) sources.push_back(block->bytes());
+    torn_ = !ShmRegion::StillMapFiles(sources);
   }
   return torn_;
 }

@@ -35,7 +35,7 @@ Status PeerManager::Lookup(const std::string& peer, const std::string& kv_reques
     }
   }
   connection->WithSession([&](session::PeerSession& session) {
-    for (const auto& key : keys) answers->push_back(session.RegisterLookup(kv_request_id, key));
+    session.RegisterLookups(kv_request_id, keys, answers);  // the request found once, not once a key
     if (flush) session.FlushPendingLookups();
   });
   return Status::Ok();

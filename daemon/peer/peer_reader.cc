@@ -63,15 +63,8 @@ asio::awaitable<PeerReader::Step> PeerReader::ReadOnce() {
                                               .zero_copy = stream_.zero_copy(),
                                               .discarding_payload = decoder_.discarding_payload(),
                                               .last_frame_had_payload = last_frame_had_payload_});
-  const std::span<uint8_t> wanted = decoder_.WritableSpan();
   stream_.SetReceiveLowWater(decoder_.payload_remaining());
-  asio::mutable_buffer into(wanted.data(), wanted.size());
-  if (target == ReadTarget::kStaging) {
-    const std::span<uint8_t> room = staging_.Room(wanted);
-    into = asio::buffer(room.data(), room.size());
-  } else if (target == ReadTarget::kReadAhead) {
-    into = asio::buffer(read_ahead_);
-  }
+  const std::span<const asio::mutable_buffer> into = ReadBuffers(target);
   in_flight_ = target;
   // The slot lets DivertAbandonedFrame take a pending read back from a slot
   // whose load has ended.
@@ -111,6 +104,28 @@ asio::awaitable<PeerReader::Step> PeerReader::ReadOnce() {
   // its loads.)
   if (payload) session.NoteBytesReceived();
   co_return Step::kDecode;
+}
+
+// Where a read of `target` puts its bytes. A payload read on plain TCP
+// takes as many of the frame's destination slots as the decoder names (up
+// to kMaxReadSpans): one system call, one wake-up and one acknowledgement
+// for what the low-water mark let gather, instead of one for every block.
+std::span<const asio::mutable_buffer> PeerReader::ReadBuffers(ReadTarget target) {
+  size_t count = 1;
+  if (target == ReadTarget::kSlot) {
+    decoder_.WritableSpans(kMaxReadSpans, &read_spans_);
+    count = read_spans_.size();
+    for (size_t i = 0; i < count; ++i) read_buffers_[i] = asio::buffer(read_spans_[i].data(), read_spans_[i].size());
+  } else if (target == ReadTarget::kStaging) {
+    const std::span<uint8_t> room = staging_.Room(decoder_.WritableSpan());
+    read_buffers_[0] = asio::buffer(room.data(), room.size());
+  } else if (target == ReadTarget::kReadAhead) {
+    read_buffers_[0] = asio::buffer(read_ahead_);
+  } else {
+    const std::span<uint8_t> wanted = decoder_.WritableSpan();
+    read_buffers_[0] = asio::buffer(wanted.data(), wanted.size());
+  }
+  return std::span<const asio::mutable_buffer>(read_buffers_.data(), count);
 }
 
 // The frames in one read are decoded and acted on in order, each under the

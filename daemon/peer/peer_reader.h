@@ -8,7 +8,8 @@
 // read, not two a frame); after a frame with payload every read goes
 // exactly where the FrameDecoder wants its next bytes (prefix, header, or,
 // once a block_data header is accepted, the destination slots the session
-// names), so in a stream of data frames payload bytes are never copied in
+// names: one vectored read fills as many of the frame's slots as have
+// arrived), so in a stream of data frames payload bytes are never copied in
 // user space. Payload bytes that came in a read-ahead with their header (at
 // most kReadAheadBytes a frame) are placed through the region's descriptor.
 // Under TLS the payload is decrypted into a staging buffer and copied into
@@ -26,8 +27,10 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -45,6 +48,9 @@ class PeerReader {
  public:
   // One read between payloads (plain TCP) takes at most this many bytes.
   static constexpr size_t kReadAheadBytes = 8 * 1024;
+  // One payload read fills at most this many destination slots (Asio's own
+  // limit on the buffers of one vectored read).
+  static constexpr size_t kMaxReadSpans = 64;
 
   PeerReader(PeerConnection& connection, PeerStream& stream, uint64_t block_len);
 
@@ -77,6 +83,8 @@ class PeerReader {
     kEnded,   // the connection was closed for good
   };
   boost::asio::awaitable<Step> ReadOnce();
+  // The buffers the next read of `target` fills (valid until the next call).
+  std::span<const boost::asio::mutable_buffer> ReadBuffers(ReadTarget target);
   // Backpressure: waits while the write queue is over the limit.
   boost::asio::awaitable<void> WaitForQueueToDrain();
   boost::asio::awaitable<void> DiscardUntilPeerCloses();
@@ -102,6 +110,8 @@ class PeerReader {
   protocol::FrameDecoder decoder_;
   BlockStaging staging_;  // TLS only: from the socket to a slot, a whole piece at a time
   std::array<uint8_t, kReadAheadBytes> read_ahead_{};
+  std::vector<std::span<uint8_t>> read_spans_;                             // the next read's targets, reused
+  std::array<boost::asio::mutable_buffer, kMaxReadSpans> read_buffers_{};  // the same, for the socket
   boost::asio::steady_timer wake_;                // backpressure: cancelled when the queue has drained
   boost::asio::cancellation_signal read_cancel_;  // takes back the pending read
   ReadTarget in_flight_ = ReadTarget::kNone;      // the pending read's target

@@ -14,7 +14,7 @@ namespace kvpeer::daemon {
 enum class ReadTarget : uint8_t {
   kNone,       // no read in flight
   kDecoder,    // exactly where the decoder wants its next bytes: a prefix, a header, or a payload being dropped (TLS)
-  kSlot,       // plain TCP payload: straight into the destination slot (or the decoder's drop buffer)
+  kSlot,       // plain TCP payload: straight into the frame's destination slots, several per read (or the drop buffer)
   kStaging,    // TLS payload: decrypted into the staging buffer, copied into its slot a whole piece at a time
   kReadAhead,  // plain TCP between payloads: the next frames' prefixes and headers in one read
 };

@@ -271,6 +271,66 @@ TEST_CASE("FrameDecoder: ReceivePayloadInto scatters over uneven spans, empty on
   CHECK(joined == payload);
 }
 
+// A vectored read: WritableSpans names the rest of the current target and
+// the ones after it, and one Commit may count bytes across several targets.
+TEST_CASE("FrameDecoder: WritableSpans offers the scatter targets and Commit crosses them", "[frame_decoder]") {
+  const std::string payload = Pattern(3 * kBlockLen, 5);
+  const std::string stream = EncodeFrame(BlockData{"r", 1, {0, 1, 2}}, payload.size()) + payload;
+  FrameDecoder decoder(DecodeContext{kBlockLen});
+  const size_t head = decoder.Feed(AsSpan(stream));
+  REQUIRE(decoder.state() == State::kHeaderReady);
+  std::vector<std::span<uint8_t>> spans;
+  decoder.WritableSpans(8, &spans);
+  CHECK(spans.empty());  // nothing to read until the payload has targets
+  std::vector<uint8_t> a(kBlockLen, kUntouched), b(kBlockLen, kUntouched), c(kBlockLen, kUntouched);
+  decoder.ReceivePayloadInto({a, b, c});
+  size_t at = head + decoder.Feed(AsSpan(stream).subspan(head, 3));  // 3 bytes into a
+  decoder.WritableSpans(2, &spans);
+  REQUIRE(spans.size() == 2);
+  CHECK(spans[0].data() == a.data() + 3);
+  CHECK(spans[0].size() == kBlockLen - 3);
+  CHECK(spans[1].data() == b.data());
+  // What one read brought: the rest of a and part of b.
+  const size_t n = spans[0].size() + 5;
+  std::memcpy(spans[0].data(), stream.data() + at, spans[0].size());
+  std::memcpy(spans[1].data(), stream.data() + at + spans[0].size(), 5);
+  decoder.Commit(n);
+  at += n;
+  REQUIRE(decoder.state() == State::kReadingPayload);
+  decoder.WritableSpans(8, &spans);
+  REQUIRE(spans.size() == 2);
+  CHECK(spans[0].data() == b.data() + 5);
+  CHECK(spans[1].data() == c.data());
+  decoder.WritableSpans(1, &spans);
+  CHECK(spans.size() == 1);
+  CHECK(decoder.Feed(AsSpan(stream).subspan(at)) == stream.size() - at);
+  REQUIRE(decoder.state() == State::kFrameReady);
+  std::string joined;
+  for (const auto* part : {&a, &b, &c}) joined.append(part->begin(), part->end());
+  CHECK(joined == payload);
+}
+
+TEST_CASE("FrameDecoder: Commit beyond a scatter payload's rest fails, and buffer mode offers one span",
+          "[frame_decoder]") {
+  const std::string payload = Pattern(2 * kBlockLen, 1);
+  const std::string stream = EncodeFrame(BlockData{"r", 1, {0, 1}}, payload.size()) + payload;
+  FrameDecoder scatter(DecodeContext{kBlockLen});
+  scatter.Feed(AsSpan(stream));
+  std::vector<uint8_t> a(kBlockLen), b(kBlockLen);
+  scatter.ReceivePayloadInto({a, b});
+  scatter.Commit(2 * kBlockLen + 1);
+  CHECK(scatter.state() == State::kFailed);
+
+  FrameDecoder buffered(DecodeContext{kBlockLen});
+  buffered.Feed(AsSpan(stream));
+  buffered.BufferPayload();
+  std::vector<std::span<uint8_t>> spans;
+  buffered.WritableSpans(8, &spans);
+  CHECK(spans.size() == 1);
+  buffered.Commit(spans[0].size() + 1);  // more than the one span offered
+  CHECK(buffered.state() == State::kFailed);
+}
+
 TEST_CASE("FrameDecoder: DiscardRestOfPayload leaves the targets alone from then on", "[frame_decoder]") {
   const size_t len = 200 * 1024;  // more than the discard buffer
   const std::string payload = Pattern(len, 3);

@@ -6,6 +6,7 @@
 // and token reuse: client_close_test.cc.
 #include <catch2/catch.hpp>
 
+#include "protocol/limits.h"
 #include "tests/session/client_fixture.h"
 
 namespace kvpeer::session::testing {
@@ -265,6 +266,43 @@ TEST_CASE("spec6 a probe that cannot travel on the wire answers miss", "[client]
   CHECK(f.role.RegisterLookup(std::string(), TestKey(1)) == ProbeAnswer::kMiss);
   CHECK(f.role.FlushPendingLookups() == 0);
   CHECK(f.role.TrackedRequests() == 0);
+}
+
+}  // namespace
+}  // namespace kvpeer::session::testing
+
+namespace kvpeer::session::testing {
+namespace {
+
+// RegisterLookups is RegisterLookup of each key in order: the same answers
+// (repeats, a key too long to ask, answered and unanswered probes) and the
+// same frames on the next flush.
+TEST_CASE("RegisterLookups answers as RegisterLookup key by key would", "[client]") {
+  const protocol::Key too_long(protocol::kMaxKeyBytes + 1, 'x');
+  ClientFixture batch, single;
+  for (ClientFixture* f : {&batch, &single}) {
+    const auto round = f->Probe("r1", {TestKey(1), TestKey(2), TestKey(3)});
+    f->Answer("r1", round, {TestKey(1), TestKey(2)}, {true, false});  // 3 stays unanswered
+  }
+  const std::vector<protocol::Key> keys = {TestKey(1), TestKey(2), TestKey(3), TestKey(4),
+                                           TestKey(4), too_long,   {},         TestKey(5)};
+  std::vector<ProbeAnswer> answers = {ProbeAnswer::kHit};  // appended to, not replaced
+  batch.role.RegisterLookups("r1", keys, &answers);
+  std::vector<ProbeAnswer> expected = {ProbeAnswer::kHit};
+  for (const protocol::Key& key : keys) expected.push_back(single.role.RegisterLookup("r1", key));
+  CHECK(answers == expected);
+  CHECK(answers[1] == ProbeAnswer::kHit);
+  CHECK(answers[2] == ProbeAnswer::kMiss);
+  CHECK(answers[4] == ProbeAnswer::kRetry);
+  batch.log.Clear();
+  single.log.Clear();
+  CHECK(batch.role.FlushPendingLookups() == single.role.FlushPendingLookups());
+  CHECK(batch.log.All<protocol::Lookup>() == single.log.All<protocol::Lookup>());
+
+  std::vector<ProbeAnswer> none;
+  batch.role.RegisterLookups("", {TestKey(1)}, &none);  // an id that cannot be asked: miss, nothing queued
+  CHECK(none == std::vector<ProbeAnswer>{ProbeAnswer::kMiss});
+  CHECK(batch.role.FlushPendingLookups() == 0);
 }
 
 }  // namespace

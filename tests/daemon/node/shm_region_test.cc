@@ -200,6 +200,14 @@ TEST_CASE("ReadMapped and WriteMapped fail on a truncated region instead of faul
 
   CHECK(ShmRegion::StillMapsFile(region->Block(0).data(), 4096));
   CHECK_FALSE(ShmRegion::StillMapsFile(region->Block(1).data(), 4096));
+
+  // All of a frame's sources at once: false as soon as one is cut, in any order.
+  const std::span<const uint8_t> whole = region->Block(0), cut = region->Block(3);
+  const std::vector<uint8_t> heap(64);  // memory of no region: nothing to check
+  CHECK(ShmRegion::StillMapFiles(std::vector<std::span<const uint8_t>>{whole, whole, heap}));
+  CHECK_FALSE(ShmRegion::StillMapFiles(std::vector<std::span<const uint8_t>>{whole, cut, whole}));
+  CHECK_FALSE(ShmRegion::StillMapFiles(std::vector<std::span<const uint8_t>>{cut}));
+  CHECK(ShmRegion::StillMapFiles({}));
 }
 
 TEST_CASE("ReadMapped and WriteMapped copy memory of no region directly") {
