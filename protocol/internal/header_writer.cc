@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <type_traits>
-#include <variant>
 #include <string_view>
+#include <variant>
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/string_view.hpp>
@@ -83,15 +83,33 @@ void AppendKeys(const std::vector<Key>& keys, std::string* out) {
   out->resize(static_cast<size_t>(at - out->data()));  // one comma fewer than counted
 }
 
-void AppendIndexes(const std::vector<SlotIndex>& indexes, std::string* out) {
+// `,"name":[item,item,...]`, each item written by append_item(i, out).
+template <typename AppendItem>
+void AppendList(std::string_view name, size_t count, std::string* out, AppendItem append_item) {
   out->push_back(',');
-  AppendName("block_indexes", out);
+  AppendName(name, out);
   out->push_back('[');
-  for (size_t i = 0; i < indexes.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     if (i > 0) out->push_back(',');
-    AppendUint(indexes[i], out);
+    append_item(i, out);
   }
   out->push_back(']');
+}
+
+void AppendIndexes(const std::vector<SlotIndex>& indexes, std::string* out) {
+  AppendList("block_indexes", indexes.size(), out, [&](size_t i, std::string* o) { AppendUint(indexes[i], o); });
+}
+
+// One checksum as the wire writes it: 16 lowercase hex digits of its
+// big-endian bytes, in quotes.
+void AppendXxh3(uint64_t value, std::string* out) {
+  char big_endian[8];
+  for (int byte = 0; byte < 8; ++byte) big_endian[byte] = static_cast<char>(value >> (56 - 8 * byte));
+  char text[18];
+  text[0] = '"';
+  WriteHex(std::string_view(big_endian, sizeof big_endian), text + 1);
+  text[17] = '"';
+  out->append(text, sizeof text);
 }
 
 void AppendRoundSeq(RoundSeq round_seq, std::string* out) {
@@ -112,14 +130,7 @@ void WriteHeader(const Lookup& m, std::string* out) {
 void WriteHeader(const LookupResp& m, std::string* out) {
   Begin(NameOf<LookupResp>(), m.kv_request_id, out);
   AppendKeys(m.keys, out);
-  out->push_back(',');
-  AppendName("hits", out);
-  out->push_back('[');
-  for (size_t i = 0; i < m.hits.size(); ++i) {
-    if (i > 0) out->push_back(',');
-    out->append(m.hits[i] ? "true" : "false");
-  }
-  out->push_back(']');
+  AppendList("hits", m.hits.size(), out, [&](size_t i, std::string* o) { o->append(m.hits[i] ? "true" : "false"); });
   AppendRoundSeq(m.round_seq, out);
   out->push_back('}');
 }
@@ -137,20 +148,7 @@ void WriteHeader(const BlockData& m, std::string* out) {
   AppendRoundSeq(m.round_seq, out);
   AppendIndexes(m.block_indexes, out);
   if (m.xxh3.valid()) {
-    out->push_back(',');
-    AppendName("xxh3", out);
-    out->push_back('[');
-    for (size_t i = 0; i < m.xxh3.values.size(); ++i) {
-      if (i > 0) out->push_back(',');
-      char big_endian[8];
-      for (int byte = 0; byte < 8; ++byte) big_endian[byte] = static_cast<char>(m.xxh3.values[i] >> (56 - 8 * byte));
-      char text[18];
-      text[0] = '"';
-      WriteHex(std::string_view(big_endian, sizeof big_endian), text + 1);
-      text[17] = '"';
-      out->append(text, sizeof text);
-    }
-    out->push_back(']');
+    AppendList("xxh3", m.xxh3.values.size(), out, [&](size_t i, std::string* o) { AppendXxh3(m.xxh3.values[i], o); });
   }
   out->push_back('}');
 }
