@@ -18,23 +18,37 @@ using client_detail::WireSafeId;
 using client_detail::WireSafeKey;
 using protocol::Key;
 
-}  // namespace
-
-ProbeAnswer ClientRole::RegisterLookup(const std::string& kv_request_id, const protocol::Key& key) {
-  // Nothing can answer a probe that cannot be asked: a miss, never a hang.
-  if (impl_->closed || !WireSafeId(kv_request_id) || !WireSafeKey(key)) return ProbeAnswer::kMiss;
-  RequestState& st = impl_->Request(kv_request_id);
-  st.symmetric = true;
-  if (!st.open_round) st.open_round = impl_->next_round++;
+// One key that can be asked, in its request: queued for the next flush the
+// first time (then *queued is set), answered from what is known after.
+ProbeAnswer AskKey(RequestState& st, const Key& key, bool* queued) {
   auto [it, added] = st.probes.try_emplace(key, Probe::kUnsent);
   if (added) {
     st.unsent.push_back(key);
-    impl_->flush_pending.insert(kv_request_id);
+    *queued = true;
     return ProbeAnswer::kRetry;
   }
   if (it->second == Probe::kHit) return ProbeAnswer::kHit;
   if (it->second == Probe::kMiss) return ProbeAnswer::kMiss;
   return ProbeAnswer::kRetry;
+}
+
+}  // namespace
+
+// The request a probe joins: symmetric from now on, with its round open.
+RequestState& ClientRole::Impl::OpenForProbes(const std::string& kv_request_id) {
+  RequestState& st = Request(kv_request_id);
+  st.symmetric = true;
+  if (!st.open_round) st.open_round = next_round++;
+  return st;
+}
+
+ProbeAnswer ClientRole::RegisterLookup(const std::string& kv_request_id, const protocol::Key& key) {
+  // Nothing can answer a probe that cannot be asked: a miss, never a hang.
+  if (impl_->closed || !WireSafeId(kv_request_id) || !WireSafeKey(key)) return ProbeAnswer::kMiss;
+  bool queued = false;
+  const ProbeAnswer answer = AskKey(impl_->OpenForProbes(kv_request_id), key, &queued);
+  if (queued) impl_->flush_pending.insert(kv_request_id);
+  return answer;
 }
 
 void ClientRole::RegisterLookups(const std::string& kv_request_id, const std::vector<protocol::Key>& keys,
@@ -44,24 +58,15 @@ void ClientRole::RegisterLookups(const std::string& kv_request_id, const std::ve
     answers->insert(answers->end(), keys.size(), ProbeAnswer::kMiss);
     return;
   }
-  RequestState* st = nullptr;  // made by the first key that can be asked, as in RegisterLookup
+  RequestState* st = nullptr;  // opened by the first key that can be asked, as RegisterLookup does
   bool queued = false;
   for (const Key& key : keys) {
     if (!WireSafeKey(key)) {
       answers->push_back(ProbeAnswer::kMiss);
       continue;
     }
-    if (st == nullptr) {
-      st = &impl_->Request(kv_request_id);
-      st->symmetric = true;
-      if (!st->open_round) st->open_round = impl_->next_round++;
-    }
-    auto [it, added] = st->probes.try_emplace(key, Probe::kUnsent);
-    if (added) st->unsent.push_back(key);
-    queued = queued || added;
-    answers->push_back(added || it->second == Probe::kUnsent || it->second == Probe::kSent ? ProbeAnswer::kRetry
-                       : it->second == Probe::kHit                                         ? ProbeAnswer::kHit
-                                                                                           : ProbeAnswer::kMiss);
+    if (st == nullptr) st = &impl_->OpenForProbes(kv_request_id);
+    answers->push_back(AskKey(*st, key, &queued));
   }
   if (queued) impl_->flush_pending.insert(kv_request_id);
 }

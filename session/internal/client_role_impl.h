@@ -79,6 +79,8 @@ struct ClientRole::Impl {
   bool closed = false;
 
   RequestState& Request(const std::string& kv) { return requests[kv]; }
+  // The request a probe joins (client_role_lookups.cc).
+  RequestState& OpenForProbes(const std::string& kv_request_id);
 
   void MaybePrune(const std::string& kv) {
     auto it = requests.find(kv);
