@@ -29,14 +29,18 @@ void AppendHexByte(unsigned char byte, std::string* out) {
   out->push_back(kDigits[byte & 0x0F]);
 }
 
-std::string ToHex(std::string_view bytes) {
-  std::string hex(bytes.size() * 2, '\0');
-  char* out = hex.data();
+char* WriteHex(std::string_view bytes, char* out) {
   for (const char c : bytes) {
     const auto byte = static_cast<unsigned char>(c);
     *out++ = kDigits[byte >> 4];
     *out++ = kDigits[byte & 0x0F];
   }
+  return out;
+}
+
+std::string ToHex(std::string_view bytes) {
+  std::string hex(bytes.size() * 2, '\0');
+  WriteHex(bytes, hex.data());
   return hex;
 }
 

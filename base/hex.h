@@ -13,6 +13,10 @@ namespace kvpeer {
 // Two lowercase hex digits per byte.
 std::string ToHex(std::string_view bytes);
 
+// The same digits written at `out` (room for 2 * bytes.size() chars);
+// returns the end. For writers that size their output once.
+char* WriteHex(std::string_view bytes, char* out);
+
 // Appends the two lowercase hex digits of `byte` to *out.
 void AppendHexByte(unsigned char byte, std::string* out);
 

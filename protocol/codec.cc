@@ -75,12 +75,6 @@ void EncodeFields(const AbortAck& m, json::object& o) {
 
 void EncodeFields(const Unknown&, json::object&) {}  // only its type
 
-// The messages whose headers grow with their lists: written straight into
-// text (internal/header_writer.h), not through a json::object.
-template <typename T>
-constexpr bool kBulky = std::is_same_v<T, Lookup> || std::is_same_v<T, LookupResp> || std::is_same_v<T, Fetch> ||
-                        std::is_same_v<T, BlockData>;
-
 // ---------------------------------------------------------------- decoding
 //
 // One DecodeFields per message lists its fields in spec order with their
@@ -251,7 +245,9 @@ std::string EncodeHeader(const Message& message) {
 void AppendHeader(const Message& message, std::string* out) {
   std::visit(
       [&message, out](const auto& m) {
-        if constexpr (kBulky<std::decay_t<decltype(m)>>) {
+        // The messages whose headers grow with their lists have a writer of
+        // their own (internal/header_writer.h): no json::object for them.
+        if constexpr (requires { internal::WriteHeader(m, out); }) {
           internal::WriteHeader(m, out);
         } else {
           json::object header;
@@ -297,10 +293,14 @@ Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const De
 }
 
 std::string ChecksumHex(uint64_t checksum) {
-  static_assert(kChecksumHexDigits == 2 * sizeof checksum);
   std::string hex;
-  for (int shift = 56; shift >= 0; shift -= 8) AppendHexByte(static_cast<unsigned char>(checksum >> shift), &hex);
+  AppendChecksumHex(checksum, &hex);
   return hex;
+}
+
+void AppendChecksumHex(uint64_t checksum, std::string* out) {
+  static_assert(kChecksumHexDigits == 2 * sizeof checksum);
+  for (int shift = 56; shift >= 0; shift -= 8) AppendHexByte(static_cast<unsigned char>(checksum >> shift), out);
 }
 
 }  // namespace kvpeer::protocol

@@ -40,5 +40,7 @@ Status DecodeHeader(std::string_view header_json, uint64_t payload_len, const De
 // A block checksum as block_data.xxh3 carries it: 16 lowercase hex digits,
 // leading zeros kept (spec section 7).
 std::string ChecksumHex(uint64_t checksum);
+// The same digits appended to `out`.
+void AppendChecksumHex(uint64_t checksum, std::string* out);
 
 }  // namespace kvpeer::protocol

@@ -1,13 +1,15 @@
 #include "protocol/internal/header_writer.h"
 
 #include <charconv>
-#include <type_traits>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/string_view.hpp>
 
+#include "base/hex.h"
+#include "protocol/codec.h"
 #include "protocol/type_names.h"
 
 namespace kvpeer::protocol::internal {
@@ -50,17 +52,6 @@ void Begin(std::string_view type, const std::string& kv_request_id, std::string*
   AppendString(kv_request_id, out);
 }
 
-// Lowercase hex of `bytes` at `at`; returns the end.
-char* WriteHex(std::string_view bytes, char* at) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (const char c : bytes) {
-    const auto byte = static_cast<unsigned char>(c);
-    *at++ = kDigits[byte >> 4];
-    *at++ = kDigits[byte & 0xf];
-  }
-  return at;
-}
-
 // Keys are hex: nothing in them needs escaping. The list's length is known
 // before it is written, so the string grows once and the digits go straight
 // into it (a lookup_resp may hold 65,536 keys).
@@ -100,16 +91,11 @@ void AppendIndexes(const std::vector<SlotIndex>& indexes, std::string* out) {
   AppendList("block_indexes", indexes.size(), out, [&](size_t i, std::string* o) { AppendUint(indexes[i], o); });
 }
 
-// One checksum as the wire writes it: 16 lowercase hex digits of its
-// big-endian bytes, in quotes.
+// One checksum as the wire writes it: its 16 hex digits, in quotes.
 void AppendXxh3(uint64_t value, std::string* out) {
-  char big_endian[8];
-  for (int byte = 0; byte < 8; ++byte) big_endian[byte] = static_cast<char>(value >> (56 - 8 * byte));
-  char text[18];
-  text[0] = '"';
-  WriteHex(std::string_view(big_endian, sizeof big_endian), text + 1);
-  text[17] = '"';
-  out->append(text, sizeof text);
+  out->push_back('"');
+  AppendChecksumHex(value, out);
+  out->push_back('"');
 }
 
 void AppendRoundSeq(RoundSeq round_seq, std::string* out) {
