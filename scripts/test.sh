@@ -9,10 +9,11 @@
 #   4. in the Release build (GCC), only the binaries (kvpeerd, kvpeerctl, the
 #      client library, kvpeer-bench) and what needs the shipped binary's
 #      speed: the cluster tests with their figures printed, then the soak and
-#      the bench's CI guards (bench_smoke). Every other suite ran once, in 2.
+#      the bench's CI guards (bench_smoke), and base_tests (its NDEBUG case).
+#      Every other suite ran once, in 2.
 # Any failure stops the run with a non-zero exit status.
 #
-# Why the sanitizer builds use clang and the Release stage builds no tests:
+# Why the sanitizer builds use clang and the Release stage builds one test suite:
 # CI's budget (README.md, "CI time").
 #
 #   scripts/test.sh            # everything (CI runs this)
@@ -49,7 +50,10 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan -j2 -R "session_tests|daemon_[a-z]+_tests" --output-on-failure --timeout 600
 
 echo "== Release build (the binaries) and the Release-only tests"
-scripts/setup.sh --build-dir build --target kvpeerd --target kvpeerctl --target kvpeer_client --target kvpeer-bench
+# base_tests too: it holds the one behaviour that exists only without
+# assertions (a StatusOr built from an ok Status, tests/base/status_or_test.cc).
+scripts/setup.sh --build-dir build --target kvpeerd --target kvpeerctl --target kvpeer_client --target kvpeer-bench \
+  --target base_tests
 # The cluster tests (label cluster, tests/cluster) first, then their figures,
 # so that the full run's summary still ends the output.
 rm -f build/cluster-figures.jsonl
@@ -63,4 +67,5 @@ for line in open(sys.argv[1]):
 else
   echo "  (none: the cluster tests were skipped)"
 fi
+ctest --test-dir build -j2 --output-on-failure --timeout 600 -R "^base_tests:"
 ctest --test-dir build -j2 --output-on-failure --timeout 600 -L "soak|bench"
